@@ -1,0 +1,7 @@
+// Elementwise helpers over flat float arrays. Every pointer comes with an element offset
+// (the host passes (buffer, offset) pairs instead of sub-buffers).
+
+__kernel void fill(__global float *x, uint x_off, float value, int n) {
+  int i = get_global_id(0);
+  if (i < n) x[x_off + i] = value;
+}

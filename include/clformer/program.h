@@ -1,0 +1,80 @@
+/* Kernel programs: the .cl sources in cl/ (embedded at build time, or read from
+ * $CLFORMER_KERNEL_DIR), built once per context with a prepended #define block, cached as
+ * binaries on disk, and a small argument builder for launching their kernels. */
+#ifndef CLFORMER_PROGRAM_H
+#define CLFORMER_PROGRAM_H
+
+#include "clformer/device.h"
+
+/* The kernel named `kernel` from program `program` (cl/<program>.cl). The program is built on
+ * first use (from the disk cache when possible); the kernel object is owned by the context. */
+cf_status cf_kernel_get(cf_context *ctx, const char *program, const char *kernel, cl_kernel *out);
+
+/* Build arbitrary source as a program (with the same #define block, options and cache) and
+ * return it; the caller releases it. `label` names it in messages. Used by tests and tools. */
+cf_status cf_program_build_source(cf_context *ctx, const char *label, const char *source,
+                                  cl_program *out);
+
+/* Names of all programs (the .cl files of cl/ compiled into this binary), NULL-terminated. */
+const char *const *cf_program_names(void);
+
+/* Source text of a program: $CLFORMER_KERNEL_DIR/<name>.cl when set, else the embedded copy.
+ * *text is malloc'd. */
+cf_status cf_program_source(const char *name, char **text);
+
+/* The #define block prepended to every program on this context's device. */
+const char *cf_program_defines(const cf_context *ctx);
+
+typedef struct cf_cache_stats {
+  int hits, misses, rejected, writes;
+  double last_load_ms;   /* wall time of the most recent program load (build or cache) */
+} cf_cache_stats;
+cf_cache_stats cf_context_cache_stats(const cf_context *ctx);
+/* Directory used for cached binaries, or NULL when caching is off (CLFORMER_CACHE=off). */
+const char *cf_cache_dir(void);
+
+/* Work-group size every reduction kernel is compiled for (CF_WG in the #define block). */
+size_t cf_context_wg(const cf_context *ctx);
+
+/* A device memory location: a buffer and an offset in floats (or ints) from its start.
+ * Passed to kernels as (pointer, offset) pairs; no sub-buffers, whose origins must be aligned. */
+typedef struct cf_mem {
+  cl_mem buf;
+  size_t off;
+} cf_mem;
+
+static inline cf_mem cf_at(cl_mem buf, size_t off) { cf_mem m = {buf, off}; return m; }
+static inline cf_mem cf_shift(cf_mem m, size_t by) { m.off += by; return m; }
+
+/* Launching a kernel: begin, add arguments in order, run. The first failure is kept and
+ * reported by cf_launch_run (naming the kernel and argument), so call sites stay flat:
+ *   cf_launch L; cf_launch_begin(&L, ctx, "layernorm", "layernorm_forward");
+ *   cf_arg_mem(&L, out); cf_arg_int(&L, C); cf_arg_float(&L, eps);
+ *   return cf_launch_run(&L, 1, global, local);                                  */
+typedef struct cf_launch {
+  cf_context *ctx;
+  cl_kernel kernel;
+  const char *name;
+  cl_uint nargs;
+  cf_status status;
+  const char *file;
+  int line;
+} cf_launch;
+
+#define cf_launch_begin(L, ctx, program, kernel) cf_launch_begin_at(L, ctx, program, kernel, __FILE__, __LINE__)
+void cf_launch_begin_at(cf_launch *L, cf_context *ctx, const char *program, const char *kernel,
+                        const char *file, int line);
+void cf_arg_mem(cf_launch *L, cf_mem m);        /* two arguments: buffer, uint offset */
+void cf_arg_buf(cf_launch *L, cl_mem buf);      /* one argument: buffer alone */
+void cf_arg_int(cf_launch *L, int v);
+void cf_arg_uint(cf_launch *L, unsigned v);
+void cf_arg_float(cf_launch *L, float v);
+void cf_arg_local(cf_launch *L, size_t bytes);
+/* Enqueue with the given global size; local may be NULL. Global sizes are rounded up to
+ * multiples of local, so kernels bounds-check. */
+cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local);
+
+/* Round n up to a multiple of m. */
+static inline size_t cf_round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+#endif

@@ -1,0 +1,37 @@
+/* Status codes. OpenCL's negative codes pass through unchanged, CLBlast's own codes
+ * (-1024..-1007, -2050..-2039) too; clformer's own codes live in -5000..-5099.
+ * cf_status_str() names every one of them. */
+#ifndef CLFORMER_STATUS_H
+#define CLFORMER_STATUS_H
+
+typedef int cf_status;
+
+enum {
+  CF_OK = 0,
+  CF_ERR_INVALID_ARG = -5001,   /* a caller passed a bad argument */
+  CF_ERR_NO_DEVICE = -5002,     /* a device spec matched no device */
+  CF_ERR_IO = -5003,            /* a file could not be read or written */
+  CF_ERR_NO_MEMORY = -5004,     /* host malloc failed */
+  CF_ERR_CONFIG = -5005,        /* a configuration value is invalid */
+  CF_ERR_NOT_FOUND = -5006,     /* a named kernel, program or tensor does not exist */
+  CF_ERR_SHAPE = -5007,         /* tensor shapes do not fit */
+  CF_ERR_NONFINITE = -5008,     /* NaN or Inf where a finite value is required */
+  CF_ERR_CHECKPOINT = -5009,    /* a checkpoint is truncated, corrupt or does not match */
+  CF_ERR_SELFTEST = -5010,      /* the device failed the kernel self-test */
+  CF_ERR_DATA = -5011,          /* training data is missing or unusable */
+};
+
+/* Symbolic name of a status code ("CL_INVALID_WORK_GROUP_SIZE", "CLBlastInvalidDimension", ...). */
+const char *cf_status_str(cf_status status);
+
+/* The text of the most recent error reported by this thread (call, file:line, name, and
+ * any build log); "" if none. Valid until the next error. */
+const char *cf_last_error(void);
+void cf_clear_error(void);
+
+/* Verbosity of library messages on stderr: -1 silent, 0 errors only, 1 notes (default), 2 debug.
+ * Initialised from CLFORMER_VERBOSE. */
+void cf_set_verbosity(int level);
+int cf_verbosity(void);
+
+#endif
