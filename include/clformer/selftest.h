@@ -1,0 +1,27 @@
+/* Device self-test: every kernel family runs small random cases against the library's
+ * double-precision references and adds one row per op to a table. */
+#ifndef CLFORMER_SELFTEST_H
+#define CLFORMER_SELFTEST_H
+
+#include "clformer/program.h"
+
+typedef struct cf_selftest_row {
+  char op[48];       /* e.g. "layernorm_forward" */
+  double max_err;    /* largest |out - ref| */
+  double worst;      /* largest |out - ref| / (atol + rtol*|ref|); passes when <= 1 and finite */
+  double atol, rtol;
+  int pass;
+  double ms;         /* wall time of the device side, ms */
+} cf_selftest_row;
+
+typedef struct cf_selftest {
+  cf_selftest_row rows[128];
+  int n;
+} cf_selftest;
+
+/* Compare n device outputs with a double reference under atol/rtol and append a row
+ * (NaN or Inf never passes). Returns the row's pass flag. */
+int cf_selftest_check(cf_selftest *t, const char *op, const float *out, const double *ref, size_t n,
+                      double atol, double rtol, double ms);
+
+#endif
