@@ -12,26 +12,74 @@ const char *const *cf_program_names(void) {
   static const char *names[256];
   if (!names[0]) {
     int n = 0;
-    for (const cf_embedded_source *s = cf_embedded_sources; s->name && n < 255; s++) names[n++] = s->name;
+    for (const cf_embedded_source *s = cf_embedded_sources; s->name && n < 255; s++)
+      if (!strchr(s->name, '.')) names[n++] = s->name;  /* headers keep their .clh */
     names[n] = NULL;
   }
   return names;
 }
 
-cf_status cf_program_source(const char *name, char **text) {
+/* The text of cl/<file>: from $CLFORMER_KERNEL_DIR when set, else the embedded copy. */
+static cf_status raw_source(const char *file, char **text) {
   *text = NULL;
   const char *dir = getenv("CLFORMER_KERNEL_DIR");
   if (dir && *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s.cl", dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     return cf_read_file(path, text, NULL);
   }
-  for (const cf_embedded_source *s = cf_embedded_sources; s->name; s++)
-    if (!strcmp(s->name, name)) {
+  size_t n = strlen(file);
+  for (const cf_embedded_source *s = cf_embedded_sources; s->name; s++) {
+    size_t m = strlen(s->name);
+    /* programs are stored as "name" for "name.cl", headers as "name.clh" */
+    if ((m == n && !strcmp(s->name, file)) || (m + 3 == n && !strncmp(s->name, file, m) && !strcmp(file + m, ".cl"))) {
       *text = strdup(s->text);
       return *text ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
     }
-  return CF_FAIL(CF_ERR_NOT_FOUND, "no kernel program named '%s' (no cl/%s.cl in this build)", name, name);
+  }
+  return CF_FAIL(CF_ERR_NOT_FOUND, "no kernel source cl/%s in this build", file);
+}
+
+/* Programs pull shared code in with lines `#include "x.clh"`; the loader inlines those (one
+ * level), since a program built from a string has no include path. */
+cf_status cf_program_source(const char *name, char **text) {
+  char file[256];
+  snprintf(file, sizeof file, "%s.cl", name);
+  char *src;
+  CF_TRY(raw_source(file, &src));
+  const char *inc = strstr(src, "#include \"");
+  if (!inc) { *text = src; return CF_OK; }
+  size_t cap = strlen(src) + 1, len = 0;
+  char *out = malloc(cap);
+  cf_status st = out ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  const char *p = src;
+  while (st == CF_OK && (inc = strstr(p, "#include \""))) {
+    const char *q = strchr(inc + 10, '"');
+    if (!q) { st = CF_FAIL(CF_ERR_INVALID_ARG, "cl/%s.cl: unterminated #include", name); break; }
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "%.*s", (int)(q - inc - 10), inc + 10);
+    char *htext;
+    st = raw_source(hdr, &htext);
+    if (st != CF_OK) break;
+    size_t need = len + (size_t)(inc - p) + strlen(htext) + 2 + strlen(q);
+    if (need > cap) {
+      char *g = realloc(out, need);
+      if (!g) { free(htext); st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); break; }
+      out = g;
+      cap = need;
+    }
+    memcpy(out + len, p, (size_t)(inc - p));
+    len += (size_t)(inc - p);
+    len += (size_t)sprintf(out + len, "%s\n", htext);
+    free(htext);
+    p = q + 1;
+  }
+  if (st == CF_OK) {
+    strcpy(out + len, p);
+    *text = out;
+  } else free(out);
+  free(src);
+  return st;
 }
 
 /* ---------- binary cache ---------- */
