@@ -1,6 +1,7 @@
 #include "testutil.h"
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 int test_failures = 0;
 
@@ -93,4 +94,10 @@ int test_finish(const char *name) {
   }
   printf("%s: all checks passed\n", name);
   return 0;
+}
+
+double test_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -56,4 +56,7 @@ extern int test_failures;
   } while (0)
 int test_finish(const char *name);
 
+/* Monotonic seconds. */
+double test_now(void);
+
 #endif

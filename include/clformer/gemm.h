@@ -16,4 +16,8 @@ cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, s
                           cf_mem B, size_t ldb, size_t stride_b,
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
 
+/* Double-precision reference on the host, same conventions (C in double, updated in place). */
+void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,
+              const float *B, size_t ldb, double beta, double *C, size_t ldc);
+
 #endif

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set-up: install what is missing from Debian's packages, then configure and build into build/.
+# Idempotent and quick when nothing is missing. Usage: tools/setup.sh [extra Debian packages...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev clinfo "$@")
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages: ${missing[*]}" >&2
+    echo "setup: install them with:  sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+werror=${CLFORMER_WERROR:-OFF}
+if [[ ! -f build/CMakeCache.txt ]] || ! grep -q "CLFORMER_WERROR:BOOL=$werror" build/CMakeCache.txt; then
+  cmake -S . -B build -DCLFORMER_WERROR="$werror" >/dev/null
+fi
+cmake --build build -j"$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]|^Consolidate|^-- ' || true
+[[ -x build/clformer ]] || { echo "setup: build failed" >&2; exit 1; }
+# Re-run to surface a failing build's exit status (the filter above swallows it).
+cmake --build build -j"$(nproc)" >/dev/null
+echo "setup: built build/clformer"
