@@ -1,0 +1,159 @@
+// Causal multi-head self-attention: the layout kernels around the batched GEMMs, the softmax
+// (forward, and backward fused into one kernel) and the regeneration of the dropout mask.
+// The GEMMs themselves (q.k^T, P.v and their gradients) run in CLBlast; see src/attention.c.
+// Every pointer comes with an element offset. Flat indices are int: tensors < 2^31 elements.
+#include "philox.clh"
+
+// ---------- layout ----------
+
+// dst (S, B, NH, T, HS) <- src (B, T, S*C): split the S tensors of width C that every token row
+// holds side by side (S = 3 for fused q|k|v, S = 1 for a single tensor) into per-head matrices.
+// One work-item per 4 consecutive channels when vec (HS % 4 == 0), else per element.
+__kernel void attention_rows_to_heads(__global float *dst, uint dst_off, __global const float *src, uint src_off,
+                                      int S, int B, int T, int C, int NH, int vec) {
+  int HS = C / NH;
+  int i = get_global_id(0) * (vec ? 4 : 1);
+  if (i >= S * B * T * C) return;
+  int d = i % HS, r = i / HS;
+  int t = r % T; r /= T;
+  int h = r % NH; r /= NH;
+  int b = r % B, s = r / B;
+  int j = (b * T + t) * S * C + s * C + h * HS + d;
+  if (vec) vstore4(vload4(0, src + src_off + j), 0, dst + dst_off + i);
+  else dst[dst_off + i] = src[src_off + j];
+}
+
+// The inverse: dst (B, T, S*C) <- src (S, B, NH, T, HS). Indexed by dst, so writes are contiguous.
+__kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __global const float *src, uint src_off,
+                                      int S, int B, int T, int C, int NH, int vec) {
+  int HS = C / NH;
+  int i = get_global_id(0) * (vec ? 4 : 1);
+  if (i >= S * B * T * C) return;
+  int c = i % (S * C), r = i / (S * C);
+  int t = r % T, b = r / T;
+  int s = c / C, h = (c % C) / HS, d = c % HS;
+  int j = (((s * B + b) * NH + h) * T + t) * HS + d;
+  if (vec) vstore4(vload4(0, src + src_off + j), 0, dst + dst_off + i);
+  else dst[dst_off + i] = src[src_off + j];
+}
+
+// ---------- dropout ----------
+
+// The inverted-dropout factor of element i of att (B, NH, T, T): 1/(1-p) if kept, else 0.
+inline float attn_keep(uint i, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  uint4 w = cf_random_bits(seed, step, tensor_id, i >> 2);
+  uint k = i & 3u;
+  uint bits = k == 0u ? w.x : k == 1u ? w.y : k == 2u ? w.z : w.w;
+  return cf_uniform24(bits) >= p ? inv_keep : 0.0f;
+}
+
+// pdrop = att * mask / (1-p) over the flat (B, NH, T, T) tensor of n elements; one work-item per
+// group of 4 elements, which share one Philox call.
+__kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global const float *att, uint att_off,
+                                int n, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  uint g = get_global_id(0);
+  uint i0 = 4u * g;
+  if (i0 >= (uint)n) return;
+  uint4 w = cf_random_bits(seed, step, tensor_id, g);
+  uint bits[4] = {w.x, w.y, w.z, w.w};
+  for (uint k = 0; k < 4u && i0 + k < (uint)n; k++)
+    pdrop[pdrop_off + i0 + k] = cf_uniform24(bits[k]) >= p ? att[att_off + i0 + k] * inv_keep : 0.0f;
+}
+
+// ---------- softmax ----------
+
+// Work-group reductions over a power-of-two local size <= CF_WG, in a fixed tree order
+// (deterministic). Every work-item of the group must call them.
+inline float wg_sum(__local float *red, float v) {
+  int lid = get_local_id(0), lsz = get_local_size(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = lsz / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] += red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+inline float wg_max(__local float *red, float v) {
+  int lid = get_local_id(0), lsz = get_local_size(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = lsz / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] = fmax(red[lid], red[lid + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+// One work-group per row (b, h, t) of att (B, NH, T, T), which holds q.k^T on entry and the
+// probabilities P = softmax(scale * q.k^T) over the keys j <= t with key_mask[b, j] != 0 on exit;
+// every other entry is written 0, and a row without any valid key is all 0. When p > 0, also
+// pdrop = P * dropout mask / (1-p). Each work-item only touches its own j = lid + k*lsz, so
+// rewriting att in place between the passes needs no barrier.
+__kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
+                                        __global const int *key_mask, uint key_mask_off, int has_mask,
+                                        int B, int NH, int T, float scale,
+                                        float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  __local float red[CF_WG];
+  int row = get_group_id(0);
+  int lid = get_local_id(0), lsz = get_local_size(0);
+  int t = row % T, b = row / (NH * T);
+  __global float *a = att + att_off + (size_t)row * T;
+  __global const int *km = key_mask + key_mask_off + (size_t)b * T;
+
+  float m = -INFINITY;
+  for (int j = lid; j <= t; j += lsz)
+    if (!has_mask || km[j]) m = fmax(m, a[j]);
+  m = wg_max(red, m);
+
+  float sum = 0.0f;
+  for (int j = lid; j <= t; j += lsz) {
+    float e = (m > -INFINITY && (!has_mask || km[j])) ? exp((a[j] - m) * scale) : 0.0f;
+    a[j] = e;
+    sum += e;
+  }
+  sum = wg_sum(red, sum);
+  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+
+  for (int j = lid; j < T; j += lsz) {
+    float pj = j <= t ? a[j] * inv : 0.0f;
+    a[j] = pj;
+    if (p > 0.0f) {
+      uint i = (uint)row * (uint)T + (uint)j;
+      pdrop[pdrop_off + i] = pj != 0.0f ? pj * attn_keep(i, p, inv_keep, seed, step, tensor_id) : 0.0f;
+    }
+  }
+}
+
+// The softmax backward, fused: datt holds dL/dP_drop on entry (dy.v^T) and dL/d(q.k^T) on exit:
+// dP = dP_drop * mask / (1-p) (mask regenerated from Philox), then
+// dpreatt = scale * P * (dP - sum_j P_j dP_j) on the causal entries j <= t, 0 elsewhere.
+__kernel void attention_softmax_backward(__global float *datt, uint datt_off, __global const float *att,
+                                         uint att_off, int B, int NH, int T, float scale,
+                                         float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  __local float red[CF_WG];
+  int row = get_group_id(0);
+  int lid = get_local_id(0), lsz = get_local_size(0);
+  int t = row % T;
+  __global float *g = datt + datt_off + (size_t)row * T;
+  __global const float *a = att + att_off + (size_t)row * T;
+
+  float dot = 0.0f;
+  for (int j = lid; j <= t; j += lsz) {
+    float dp = g[j];
+    if (p > 0.0f) {
+      uint i = (uint)row * (uint)T + (uint)j;
+      dp *= attn_keep(i, p, inv_keep, seed, step, tensor_id);
+      g[j] = dp;
+    }
+    dot += a[j] * dp;
+  }
+  dot = wg_sum(red, dot);
+
+  for (int j = lid; j < T; j += lsz) g[j] = j <= t ? scale * a[j] * (g[j] - dot) : 0.0f;
+}
