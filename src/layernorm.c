@@ -1,0 +1,64 @@
+/* LayerNorm launchers (kernels in cl/layernorm.cl). Forward: one work-group per row.
+ * Backward: the column reduction for dweight/dbias runs first, then the row kernel, so that
+ * dinp may overwrite dout. */
+#include "clformer/layernorm.h"
+#include "internal.h"
+
+static cf_status check_dims(int N, int C) {
+  if (N < 0 || C < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: bad shape N=%d C=%d", N, C);
+  return CF_OK;
+}
+
+cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem rstd, cf_mem inp, cf_mem weight,
+                               cf_mem bias, int N, int C, float eps) {
+  CF_TRY(check_dims(N, C));
+  if (!(eps > 0.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: eps must be > 0, got %g", (double)eps);
+  size_t wg = cf_context_wg(ctx), global = (size_t)N * wg;
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "layernorm", "layernorm_forward");
+  cf_arg_mem(&L, out);
+  cf_arg_mem(&L, mean);
+  cf_arg_mem(&L, rstd);
+  cf_arg_mem(&L, inp);
+  cf_arg_mem(&L, weight);
+  cf_arg_mem(&L, bias);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, C);
+  cf_arg_float(&L, eps);
+  return cf_launch_run(&L, 1, &global, &wg);
+}
+
+cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp,
+                                cf_mem weight, cf_mem mean, cf_mem rstd, int N, int C, int accumulate) {
+  CF_TRY(check_dims(N, C));
+  if (accumulate != 0 && accumulate != 1)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm_backward: accumulate must be 0 or 1, got %d", accumulate);
+  if (N == 0) return CF_OK;
+  size_t wg = cf_context_wg(ctx);
+  size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
+  size_t global = ((size_t)C + tx - 1) / tx * wg;
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
+  cf_arg_mem(&L, dweight);
+  cf_arg_mem(&L, dbias);
+  cf_arg_mem(&L, dout);
+  cf_arg_mem(&L, inp);
+  cf_arg_mem(&L, mean);
+  cf_arg_mem(&L, rstd);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, C);
+  CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+
+  global = (size_t)N * wg;
+  cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward");
+  cf_arg_mem(&L, dinp);
+  cf_arg_mem(&L, dout);
+  cf_arg_mem(&L, inp);
+  cf_arg_mem(&L, weight);
+  cf_arg_mem(&L, mean);
+  cf_arg_mem(&L, rstd);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, C);
+  cf_arg_int(&L, accumulate);
+  return cf_launch_run(&L, 1, &global, &wg);
+}

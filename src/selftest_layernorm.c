@@ -1,0 +1,70 @@
+/* LayerNorm self-test: one small random case (sizes off the work-group grid) of forward and
+ * backward against the double references. All tensors share one device buffer at offsets. */
+#include <stdlib.h>
+#include <string.h>
+#include "clformer/buffer.h"
+#include "clformer/layernorm.h"
+#include "internal.h"
+
+static float rnd(unsigned long long *s) {  /* splitmix64 -> [-1, 1) */
+  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (float)((double)(z >> 40) / 8388608.0 - 1.0);
+}
+
+cf_status cf_selftest_layernorm(cf_context *ctx, cf_selftest *t) {
+  enum { N = 5, C = 37 };
+  const float eps = 1e-5f;
+  const double atol = 1e-5, rtol = 1e-4;
+  /* offsets in the one device buffer (and in the host mirror h) */
+  enum { INP = 0, W = INP + N * C, B = W + C, DOUT = B + C, DW = DOUT + N * C, DB = DW + C, OUT = DB + C,
+         MEAN = OUT + N * C, RSTD = MEAN + N, DINP = RSTD + N, TOTAL = DINP + N * C };
+  float *h = malloc(TOTAL * sizeof *h);
+  double *ref = malloc((2 * N * C + 2 * C + 2 * N) * sizeof *ref);
+  float *got = malloc((N * C + 2 * C + 2 * N) * sizeof *got);
+  cl_mem buf = NULL;
+  cf_status st = CF_OK;
+  if (!h || !ref || !got) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
+  unsigned long long s = 0x4c4e;
+  for (int i = 0; i < OUT; i++) h[i] = rnd(&s);
+  for (int i = 0; i < N * C; i++) h[INP + i] = 2.0f * h[INP + i] + 0.5f;  /* off-centre rows */
+  st = cf_buffer_create(ctx, TOTAL * sizeof(float), &buf);
+  if (st == CF_OK) st = cf_write(ctx, cf_at(buf, 0), h, OUT);
+  if (st != CF_OK) goto done;
+
+  /* forward: out, then mean and rstd, checked as one row */
+  double t0 = cf_now();
+  st = cf_layernorm_forward(ctx, cf_at(buf, OUT), cf_at(buf, MEAN), cf_at(buf, RSTD), cf_at(buf, INP), cf_at(buf, W),
+                            cf_at(buf, B), N, C, eps);
+  if (st == CF_OK) st = cf_context_finish(ctx);
+  double ms = 1e3 * (cf_now() - t0);
+  if (st == CF_OK) st = cf_read(ctx, cf_at(buf, OUT), h + OUT, N * C + 2 * N);
+  if (st != CF_OK) goto done;
+  ref_layernorm_forward(ref, ref + N * C, ref + N * C + N, h + INP, h + W, h + B, N, C, eps);
+  cf_selftest_check(t, "layernorm_forward", h + OUT, ref, N * C + 2 * N, atol, rtol, ms);
+
+  /* backward from the device's saved statistics; dweight/dbias start nonzero (+=) */
+  t0 = cf_now();
+  st = cf_layernorm_backward(ctx, cf_at(buf, DINP), cf_at(buf, DW), cf_at(buf, DB), cf_at(buf, DOUT), cf_at(buf, INP),
+                             cf_at(buf, W), cf_at(buf, MEAN), cf_at(buf, RSTD), N, C, 0);
+  if (st == CF_OK) st = cf_context_finish(ctx);
+  ms = 1e3 * (cf_now() - t0);
+  if (st == CF_OK) st = cf_read(ctx, cf_at(buf, DINP), got, N * C);
+  if (st == CF_OK) st = cf_read(ctx, cf_at(buf, DW), got + N * C, 2 * C);
+  if (st != CF_OK) goto done;
+  for (int c = 0; c < C; c++) {
+    ref[N * C + c] = h[DW + c];
+    ref[N * C + C + c] = h[DB + c];
+  }
+  ref_layernorm_backward(ref, ref + N * C, ref + N * C + C, h + DOUT, h + INP, h + W, h + MEAN, h + RSTD, N, C);
+  cf_selftest_check(t, "layernorm_backward", got, ref, N * C + 2 * C, atol, rtol, ms);
+
+done:
+  cf_buffer_free(buf);
+  free(h);
+  free(ref);
+  free(got);
+  return st;
+}
