@@ -4,6 +4,12 @@
 #define CLFORMER_CLI_H
 
 int cmd_devices(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+
+struct cf_config;
+/* Defaults, then the file (if any), then the --set overrides, then validation: 0, or 2 with
+ * the message printed. */
+int cf_cli_load_config(struct cf_config *c, const char *path, char **sets, int nsets);
 
 /* Exit code for a failed status: 2 for the user's input, 1 otherwise. */
 int cf_exit_code(int status);

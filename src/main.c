@@ -21,6 +21,7 @@ static const char *usage =
 
 static const struct { const char *name; int (*run)(int, char **); } commands[] = {
     {"devices", cmd_devices},
+    {"check", cmd_check},
 };
 
 int main(int argc, char **argv) {

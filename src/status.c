@@ -86,6 +86,9 @@ cf_status cf_report(cf_status status, const char *call, const char *file, int li
   if (call)
     snprintf(last_error, sizeof last_error, "%s failed at %s:%d: %s (%d)%s%s", call, base, line,
              cf_status_str(status), status, detail[0] ? "\n" : "", detail);
+  else if (status == CF_ERR_CONFIG || status == CF_ERR_NO_DEVICE || status == CF_ERR_DATA || status == CF_ERR_IO ||
+           status == CF_ERR_CHECKPOINT || status == -1001)
+    snprintf(last_error, sizeof last_error, "%s", detail);  /* the user's input: the message is the whole story */
   else
     snprintf(last_error, sizeof last_error, "%s [%s at %s:%d]", detail, cf_status_str(status), base, line);
   if (cf_verbosity() >= 0) fprintf(stderr, "clformer: error: %s\n", last_error);

@@ -1,0 +1,76 @@
+/* Training configuration: the YAML schema (libyaml), defaults, validation and overrides.
+ * Every key, its type, default and range is in one table in src/config.c; the README's
+ * config reference is printed from the same table (`clformer check --keys`). */
+#ifndef CLFORMER_CONFIG_H
+#define CLFORMER_CONFIG_H
+
+#include <stdio.h>
+#include "clformer/status.h"
+
+enum { CF_NORM_POST = 0, CF_NORM_PRE = 1 };
+enum { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE, CF_DECAY_CONSTANT };
+enum { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD };
+enum { CF_POS_SINUSOIDAL, CF_POS_LEARNED };
+enum { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON };
+
+typedef struct cf_config {
+  char device[128];
+  unsigned long long seed;
+  struct {
+    char train[1024], valid[1024];
+    double valid_fraction;
+    int tokenizer;              /* 0: byte (the only one) */
+    int seq_len, batch_size;
+  } data;
+  struct {
+    int norm;                   /* CF_NORM_PRE or CF_NORM_POST */
+    int layers, d_model, heads, d_ff;
+    int activation;             /* cf_activation: 0 relu, 1 gelu (tanh), 2 gelu_erf */
+    double dropout, attn_dropout, ln_eps, label_smoothing;
+    int final_norm;             /* CF_FINAL_NORM_*; validation resolves AUTO (on for pre, off for post) */
+    int tie_embeddings, positions, scale_embeddings;
+  } model;
+  struct {
+    int name;                   /* CF_OPTIM_* */
+    double lr, beta1, beta2, eps, weight_decay, momentum, clip_norm;
+  } optim;
+  struct {
+    int warmup, decay, total_steps;
+    double min_lr;
+  } schedule;
+  struct {
+    int steps, eval_every, eval_batches, log_every, checkpoint_every;
+    char out[1024];
+  } train;
+  /* where each key was last set, for messages: line 0 = default, -1 = --set */
+  char source[1024];
+  struct { int line, col; } where[64];
+} cf_config;
+
+/* The defaults (the README documents them). */
+void cf_config_defaults(cf_config *c);
+
+/* Load a YAML file over the defaults. On bad input: a message with file:line:column and the key
+ * (unknown keys get a "did you mean"), and CF_ERR_CONFIG. */
+cf_status cf_config_load(cf_config *c, const char *path);
+/* Same from a string (`origin` names it in messages). */
+cf_status cf_config_load_string(cf_config *c, const char *yaml, const char *origin);
+
+/* Apply one "section.key=value" override (as from --set), with the same checks. */
+cf_status cf_config_set(cf_config *c, const char *assignment);
+/* Set a dotted key from a string value; `where` names the origin in messages. */
+cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, const char *where);
+
+/* Cross-key checks (heads divides d_model, ...) and derived defaults. Call after loading and
+ * overrides, before any work. */
+cf_status cf_config_validate(cf_config *c);
+
+/* Write the fully resolved config as YAML (loadable by cf_config_load). */
+void cf_config_write(const cf_config *c, FILE *f);
+/* The schema as a Markdown table: key, type, default, meaning. */
+void cf_config_print_keys(FILE *f);
+
+/* Learning rate at a 1-based step: linear warm-up from 0 to lr over `warmup` steps, then the decay. */
+double cf_config_lr(const cf_config *c, int step);
+
+#endif
