@@ -39,14 +39,6 @@ __kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __globa
 
 // ---------- dropout ----------
 
-// The inverted-dropout factor of element i of att (B, NH, T, T): 1/(1-p) if kept, else 0.
-inline float attn_keep(uint i, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
-  uint4 w = cf_random_bits(seed, step, tensor_id, i >> 2);
-  uint k = i & 3u;
-  uint bits = k == 0u ? w.x : k == 1u ? w.y : k == 2u ? w.z : w.w;
-  return cf_uniform24(bits) >= p ? inv_keep : 0.0f;
-}
-
 // pdrop = att * mask / (1-p) over the flat (B, NH, T, T) tensor of n elements; one work-item per
 // group of 4 elements, which share one Philox call.
 __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global const float *att, uint att_off,
@@ -90,11 +82,28 @@ inline float wg_max(__local float *red, float v) {
   return r;
 }
 
+// Rows of att (B, NH, T, T) are not aligned to the groups of 4 elements that share one Philox
+// call, so the passes that need the dropout mask walk a row by those groups: work-item lid takes
+// groups g0+lid, g0+lid+lsz, ... (g0 = the group of the row's first element), each covering
+// row entries j0..j0+3 (j0 = 4g - row*T, possibly negative at the row's start).
+#define FOR_ROW_QUADS(row, T, j0)                                                     \
+  for (int g_ = (int)(((uint)(row) * (uint)(T)) / 4u) + (int)get_local_id(0), j0;     \
+       j0 = 4 * g_ - (row) * (T), j0 < (T); g_ += (int)get_local_size(0))
+
+// The 4 inverted-dropout factors (1/(1-p) if kept, else 0) of the elements of group g.
+inline float4 attn_keep4(uint g, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  uint4 w = cf_random_bits(seed, step, tensor_id, g);
+  float4 u = (float4)(cf_uniform24(w.x), cf_uniform24(w.y), cf_uniform24(w.z), cf_uniform24(w.w));
+  return select((float4)(0.0f), (float4)(inv_keep), u >= (float4)(p));
+}
+
+inline float quad_elem(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
 // One work-group per row (b, h, t) of att (B, NH, T, T), which holds q.k^T on entry and the
 // probabilities P = softmax(scale * q.k^T) over the keys j <= t with key_mask[b, j] != 0 on exit;
 // every other entry is written 0, and a row without any valid key is all 0. When p > 0, also
-// pdrop = P * dropout mask / (1-p). Each work-item only touches its own j = lid + k*lsz, so
-// rewriting att in place between the passes needs no barrier.
+// pdrop = P * dropout mask / (1-p). The max and sum passes only read; the last pass recomputes
+// the exponentials (cheaper than a write and a read of the row) and is the only one to write.
 __kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
                                         __global const int *key_mask, uint key_mask_off, int has_mask,
                                         int B, int NH, int T, float scale,
@@ -112,20 +121,21 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
   m = wg_max(red, m);
 
   float sum = 0.0f;
-  for (int j = lid; j <= t; j += lsz) {
-    float e = (m > -INFINITY && (!has_mask || km[j])) ? exp((a[j] - m) * scale) : 0.0f;
-    a[j] = e;
-    sum += e;
-  }
+  if (m > -INFINITY)
+    for (int j = lid; j <= t; j += lsz)
+      if (!has_mask || km[j]) sum += exp((a[j] - m) * scale);
   sum = wg_sum(red, sum);
   float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 
-  for (int j = lid; j < T; j += lsz) {
-    float pj = j <= t ? a[j] * inv : 0.0f;
-    a[j] = pj;
-    if (p > 0.0f) {
-      uint i = (uint)row * (uint)T + (uint)j;
-      pdrop[pdrop_off + i] = pj != 0.0f ? pj * attn_keep(i, p, inv_keep, seed, step, tensor_id) : 0.0f;
+  FOR_ROW_QUADS(row, T, j0) {
+    float4 keep = (float4)(1.0f);
+    if (p > 0.0f && j0 <= t) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id);
+    for (int k = 0; k < 4; k++) {
+      int j = j0 + k;
+      if (j < 0 || j >= T) continue;
+      float pj = (j <= t && inv > 0.0f && (!has_mask || km[j])) ? exp((a[j] - m) * scale) * inv : 0.0f;
+      a[j] = pj;
+      if (p > 0.0f) pdrop[pdrop_off + (size_t)row * T + j] = pj * quad_elem(keep, k);
     }
   }
 }
@@ -133,27 +143,35 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
 // The softmax backward, fused: datt holds dL/dP_drop on entry (dy.v^T) and dL/d(q.k^T) on exit:
 // dP = dP_drop * mask / (1-p) (mask regenerated from Philox), then
 // dpreatt = scale * P * (dP - sum_j P_j dP_j) on the causal entries j <= t, 0 elsewhere.
+// Both passes use the same partition of the row, so each work-item rereads only its own writes.
 __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __global const float *att,
                                          uint att_off, int B, int NH, int T, float scale,
                                          float p, float inv_keep, uint seed, uint step, uint tensor_id) {
   __local float red[CF_WG];
   int row = get_group_id(0);
-  int lid = get_local_id(0), lsz = get_local_size(0);
   int t = row % T;
   __global float *g = datt + datt_off + (size_t)row * T;
   __global const float *a = att + att_off + (size_t)row * T;
 
   float dot = 0.0f;
-  for (int j = lid; j <= t; j += lsz) {
-    float dp = g[j];
-    if (p > 0.0f) {
-      uint i = (uint)row * (uint)T + (uint)j;
-      dp *= attn_keep(i, p, inv_keep, seed, step, tensor_id);
-      g[j] = dp;
+  FOR_ROW_QUADS(row, T, j0) {
+    if (j0 > t) continue;
+    float4 keep = (float4)(1.0f);
+    if (p > 0.0f) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id);
+    for (int k = 0; k < 4; k++) {
+      int j = j0 + k;
+      if (j < 0 || j > t) continue;
+      float dp = g[j];
+      if (p > 0.0f) g[j] = dp = dp * quad_elem(keep, k);
+      dot += a[j] * dp;
     }
-    dot += a[j] * dp;
   }
   dot = wg_sum(red, dot);
 
-  for (int j = lid; j < T; j += lsz) g[j] = j <= t ? scale * a[j] * (g[j] - dot) : 0.0f;
+  FOR_ROW_QUADS(row, T, j0) {
+    for (int k = 0; k < 4; k++) {
+      int j = j0 + k;
+      if (j >= 0 && j < T) g[j] = j <= t ? scale * a[j] * (g[j] - dot) : 0.0f;
+    }
+  }
 }
