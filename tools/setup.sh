@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev clinfo "$@")
+packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev clinfo
+          bible-kjv "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,4 +31,10 @@ cmake --build build -j"$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]|^Consolidate|^-
 [[ -x build/clformer ]] || { echo "setup: build failed" >&2; exit 1; }
 # Re-run to surface a failing build's exit status (the filter above swallows it).
 cmake --build build -j"$(nproc)" >/dev/null
-echo "setup: built build/clformer"
+# The default corpus: the King James Bible from Debian's bible-kjv (public domain), one verse a line.
+if [[ ! -s build/data/kjv.txt ]]; then
+  mkdir -p build/data
+  bible -l1000 gen1:1-rev22:21 | sed 's/^ *//' > build/data/kjv.txt.tmp
+  mv build/data/kjv.txt.tmp build/data/kjv.txt
+fi
+echo "setup: built build/clformer; corpus build/data/kjv.txt ($(wc -c < build/data/kjv.txt) bytes)"

@@ -1,0 +1,87 @@
+/* safetensors: round trip of tensors and metadata; every kind of damage is refused clearly. */
+#define _GNU_SOURCE /* memmem */
+#include <string.h>
+#include <unistd.h>
+#include "clformer/safetensors.h"
+#include "testutil.h"
+
+static void write_bytes(const char *path, const char *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+int main(void) {
+  char path[] = "/tmp/clformer-st-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  float a[6] = {1, -2, 3.5f, 4, 5, 6e-9f}, b[1] = {42};
+  float *big = malloc(1000 * sizeof *big);
+  for (int i = 0; i < 1000; i++) big[i] = (float)i * 0.5f;
+  cf_st_tensor t[] = {{"layers.0.w", a, 2, {2, 3}}, {"scalar\"quoted", b, 1, {1}}, {"big", big, 1, {1000}}};
+  const char *meta[][2] = {{"format", "clformer-1"}, {"config", "model:\n  norm: \"pre\"\n"}};
+  TEST_OK(cf_safetensors_write(path, t, 3, meta, 2));
+
+  cf_st_file f;
+  TEST_OK(cf_safetensors_read(path, &f));
+  TEST_ASSERT(f.n == 3, "3 tensors, got %d", f.n);
+  const cf_st_entry *e = cf_safetensors_find(&f, "layers.0.w");
+  TEST_ASSERT(e && e->ndim == 2 && e->shape[0] == 2 && e->shape[1] == 3 && e->numel == 6, "shape of layers.0.w");
+  if (e) { float x[6]; memcpy(x, e->data, sizeof x); TEST_ASSERT(!memcmp(x, a, sizeof a), "data of layers.0.w"); }
+  e = cf_safetensors_find(&f, "scalar\"quoted");
+  TEST_ASSERT(e && e->numel == 1 && !memcmp(e->data, b, 4), "escaped name");
+  e = cf_safetensors_find(&f, "big");
+  TEST_ASSERT(e && e->numel == 1000 && !memcmp(e->data, big, 4000), "big");
+  TEST_ASSERT(cf_safetensors_find(&f, "nope") == NULL, "absent tensor");
+  const char *cfg = cf_safetensors_meta(&f, "config");
+  TEST_ASSERT(cfg && !strcmp(cfg, meta[1][1]), "metadata round trip: %s", cfg ? cfg : "(null)");
+  TEST_ASSERT(!strcmp(cf_safetensors_meta(&f, "format"), "clformer-1"), "format");
+  /* the data section starts 8-byte aligned, as the format recommends */
+  uint64_t hlen;
+  memcpy(&hlen, f.buf, 8);
+  TEST_ASSERT((8 + hlen) % 8 == 0, "alignment");
+  size_t len = f.len;
+  char *good = malloc(len);
+  memcpy(good, f.buf, len);
+  cf_safetensors_free(&f);
+
+  /* damage: each must fail with CF_ERR_CHECKPOINT (or CF_ERR_IO for a missing file), never crash */
+  cf_set_verbosity(-1);
+  char *bad = malloc(len + 16);
+  struct { const char *what; size_t n; void (*edit)(char *, size_t); } cases[] = {
+      {"truncated data", len - 10, NULL},
+      {"truncated header", 20, NULL},
+      {"shorter than 8 bytes", 5, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    write_bytes(path, good, cases[i].n);
+    cf_status st = cf_safetensors_read(path, &f);
+    TEST_ASSERT(st == CF_ERR_CHECKPOINT, "%s: got %s", cases[i].what, cf_status_str(st));
+  }
+  memcpy(bad, good, len);
+  bad[0] = (char)0xff; bad[5] = 0x7f;  /* absurd header length */
+  write_bytes(path, bad, len);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "absurd header length");
+  memcpy(bad, good, len);
+  char *dt = memmem(bad, len, "F32", 3);
+  memcpy(dt, "F16", 3);
+  write_bytes(path, bad, len);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT && strstr(cf_last_error(), "F32"), "wrong dtype: %s", cf_last_error());
+  memcpy(bad, good, len);
+  char *sh = memmem(bad, len, "[2,3]", 5);
+  memcpy(sh, "[2,4]", 5);
+  write_bytes(path, bad, len);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT && strstr(cf_last_error(), "shape"), "shape mismatch: %s", cf_last_error());
+  memcpy(bad, good, len);
+  char *br = memchr(bad + 8, '{', len - 8);
+  *br = '[';
+  write_bytes(path, bad, len);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "bad JSON");
+  write_bytes(path, "", 0);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "empty file");
+  unlink(path);
+  TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_IO, "missing file");
+  cf_set_verbosity(1);
+  free(bad); free(good); free(big);
+  return test_finish("test_safetensors");
+}
