@@ -175,3 +175,49 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
     }
   }
 }
+
+// ---------- fused forward (inference) ----------
+
+// Largest head size the fused kernel keeps in private memory (the host checks).
+#define ATT_FUSED_MAX_HS 128
+
+// out (B, T, C) straight from inp (B, T, 3C), one work-item per query row (b, h, t), with an
+// online softmax over the keys j <= t (running max m, running sum l, rescaled accumulator):
+// no T x T buffer, no dropout, nothing saved for a backward. Work-items of one (b, h) are
+// neighbours, so they read the same key and value rows close together in time.
+__kernel void attention_forward_fused(__global float *out, uint out_off, __global const float *inp, uint inp_off,
+                                      __global const int *key_mask, uint key_mask_off, int has_mask,
+                                      int B, int T, int C, int NH, float scale) {
+  int gid = get_global_id(0);
+  if (gid >= B * NH * T) return;
+  int t = gid % T, h = (gid / T) % NH, b = gid / (T * NH);
+  int HS = C / NH;
+  __global const float *head = inp + inp_off + (size_t)b * T * 3 * C + h * HS;
+  __global const float *q = head + (size_t)t * 3 * C;
+  __global const int *km = key_mask + key_mask_off + (size_t)b * T;
+  float qs[ATT_FUSED_MAX_HS], acc[ATT_FUSED_MAX_HS];
+  for (int d = 0; d < HS; d++) {
+    qs[d] = q[d];
+    acc[d] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = 0; j <= t; j++) {
+    if (has_mask && !km[j]) continue;
+    __global const float *k = head + (size_t)j * 3 * C + C, *v = k + C;
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s += qs[d] * k[d];
+    s *= scale;
+    if (s > m) {  // a new maximum: rescale what was accumulated (exp(-inf) = 0 the first time)
+      float corr = exp(m - s);
+      l *= corr;
+      for (int d = 0; d < HS; d++) acc[d] *= corr;
+      m = s;
+    }
+    float e = exp(s - m);
+    l += e;
+    for (int d = 0; d < HS; d++) acc[d] += e * v[d];
+  }
+  float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  __global float *o = out + out_off + ((size_t)b * T + t) * C + h * HS;
+  for (int d = 0; d < HS; d++) o[d] = acc[d] * inv;
+}

@@ -18,7 +18,7 @@
  * beyond the scratch that the backward needs anyway, and no extra pass in the forward.
  * The flat index i must fit in 32 bits (B*NH*T*T < 2^32).
  *
- * Not here: the QKV and output projections (plain GEMMs), a fused (flash) attention kernel. */
+ * Not here: the QKV and output projections (plain GEMMs), a fused (flash) backward. */
 #ifndef CLFORMER_ATTENTION_H
 #define CLFORMER_ATTENTION_H
 
@@ -61,6 +61,16 @@ cf_status cf_attention_backward(cf_context *ctx,
                                 cf_mem att,      // (B, NH, T, T)
                                 cf_mem key_mask, // int (B, T) or buf NULL
                                 int B, int T, int C, int NH, cf_attn_dropout drop);
+
+/* Inference-only forward in one kernel: out (B, T, C) from inp (B, T, 3C) with an online
+ * softmax per query row, no T x T buffer, no dropout, nothing saved (so no backward). Same
+ * causal and key masks as cf_attention_forward. Head size at most CF_ATTENTION_FUSED_MAX_HS. */
+#define CF_ATTENTION_FUSED_MAX_HS 128
+cf_status cf_attention_forward_fused(cf_context *ctx,
+                                     cf_mem out,      // (B, T, C)
+                                     cf_mem inp,      // (B, T, 3C)
+                                     cf_mem key_mask, // int (B, T) or buf NULL
+                                     int B, int T, int C, int NH);
 
 /* Plain-C references in double, computed directly from inp (B, T, 3C) (not via the permuted
  * layout), with the same causal mask, key mask (NULL: none) and dropout.
