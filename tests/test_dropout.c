@@ -1,0 +1,220 @@
+/* Dropout and its generator: Philox4x32-10 known answers on the host, the device mask equal to
+ * the host's bit for bit, forward/backward against the double reference, central differences,
+ * p == 0 as an untouched buffer, mask statistics, bit-identical reruns, bad p. */
+#include <math.h>
+#include <string.h>
+#include "clformer/elementwise.h"
+#include "clformer/philox.h"
+#include "testutil.h"
+
+static cl_mem bufs[16];
+static int nbufs;
+static cf_mem dev(cf_context *ctx, const float *host, size_t n, size_t off) {
+  cl_mem b = test_buffer(ctx, NULL, n + off);
+  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
+  bufs[nbufs++] = b;
+  return cf_at(b, off);
+}
+static void free_bufs(void) {
+  while (nbufs) cf_buffer_free(bufs[--nbufs]);
+}
+static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+/* Random123's known-answer vectors for philox4x32_10. */
+static void philox_known_answers(void) {
+  static const uint32_t kat[3][10] = {
+      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
+       0x6d5451fd},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
+       0x24126ea1}};
+  for (int k = 0; k < 3; k++) {
+    uint32_t out[4];
+    cf_philox4x32_10(kat[k], kat[k] + 4, out);
+    for (int j = 0; j < 4; j++)
+      TEST_ASSERT(out[j] == kat[k][6 + j], "philox4x32_10 known answer %d word %d: got 0x%08x, want 0x%08x", k, j,
+                  out[j], kat[k][6 + j]);
+  }
+  /* cf_random_bits is Philox with key (seed, tensor_id) and counter (group, step, 0, 0) */
+  uint32_t a[4], b[4], ctr[4] = {77, 5, 0, 0}, key[2] = {123, 9};
+  cf_random_bits(123, 5, 9, 77, a);
+  cf_philox4x32_10(ctr, key, b);
+  TEST_ASSERT(memcmp(a, b, sizeof a) == 0, "cf_random_bits does not follow its documented layout");
+  printf("ok   philox4x32_10 known answers\n");
+}
+
+/* The device mask, read off a buffer of ones, against cf_dropout_keep: kept elements must be
+ * exactly the float scale, dropped ones exactly 0. */
+static void mask_matches_host(cf_context *ctx, cf_dropout d, size_t n, size_t off) {
+  float *ones = falloc(n);
+  for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+  cf_mem x = dev(ctx, ones, n, off);
+  TEST_OK(cf_dropout_forward(ctx, x, n, d));
+  float *y = test_read(ctx, x, n), scale = cf_dropout_scale(d);
+  size_t bad = 0, kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    int keep = cf_dropout_keep(d, (uint32_t)i);
+    float want = keep ? scale : 0.0f;
+    kept += keep;
+    if (memcmp(&y[i], &want, sizeof want)) {
+      if (bad < 5) fprintf(stderr, "  mask[%zu]: device %.9g, host %.9g\n", i, y[i], want);
+      bad++;
+    }
+  }
+  TEST_ASSERT(bad == 0, "device dropout mask differs from the host's in %zu of %zu elements (p=%g seed=%u step=%u "
+              "tensor=%u)", bad, n, (double)d.p, d.seed, d.step, d.tensor_id);
+  /* the backward regenerates the same mask */
+  TEST_OK(cf_write(ctx, x, ones, n));
+  TEST_OK(cf_dropout_backward(ctx, x, n, d));
+  float *yb = test_read(ctx, x, n);
+  TEST_ASSERT(memcmp(y, yb, n * sizeof *y) == 0, "dropout_backward mask differs from the forward's");
+  if (!bad)
+    printf("ok   device mask = host mask, n=%zu p=%g seed=%u step=%u tensor=%u (kept %.4f)\n", n, (double)d.p, d.seed,
+           d.step, d.tensor_id, (double)kept / n);
+  free(ones); free(y); free(yb);
+  free_bufs();
+}
+
+static void forward_backward(cf_context *ctx, test_rng *r, cf_dropout d, size_t n) {
+  char what[128];
+  float *x = falloc(n), *g = falloc(n);
+  test_fill_uniform(r, x, n, -3, 3);
+  test_fill_uniform(r, g, n, -1, 1);
+  double *ref = dalloc(n), *gref = dalloc(n);
+  ref_dropout_forward(ref, x, n, d);
+  ref_dropout_backward(gref, g, n, d);
+  cf_mem d_x = dev(ctx, x, n, 1 + n % 5), d_g = dev(ctx, g, n, 2);
+  TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
+  TEST_OK(cf_dropout_backward(ctx, d_g, n, d));
+  float *y = test_read(ctx, d_x, n), *gy = test_read(ctx, d_g, n);
+  snprintf(what, sizeof what, "dropout_forward p=%g n=%zu", (double)d.p, n);
+  test_compare(what, y, ref, n, 1e-5, 1e-4);
+  snprintf(what, sizeof what, "dropout_backward p=%g n=%zu", (double)d.p, n);
+  test_compare(what, gy, gref, n, 1e-5, 1e-4);
+  /* rerun on the same inputs: bit-identical */
+  TEST_OK(cf_write(ctx, d_x, x, n));
+  TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
+  float *y2 = test_read(ctx, d_x, n);
+  TEST_ASSERT(memcmp(y, y2, n * sizeof *y) == 0, "%s: rerun is not bit-identical", what);
+  free(x); free(g); free(ref); free(gref); free(y); free(gy); free(y2);
+  free_bufs();
+}
+
+/* Dropout is linear: the reference backward against central differences of
+ * loss = sum(dropout(x) * rw), with h = 2^-17 exact in float for |x| < 128. */
+static void finite_differences(cf_context *ctx, test_rng *r) {
+  enum { n = 37 };
+  const cf_dropout d = {0.4f, 99, 1, 2};
+  const float h = 0x1p-17f;
+  float x[n], rw[n];
+  test_fill_uniform(r, x, n, -2, 2);
+  test_fill_uniform(r, rw, n, -1, 1);
+  double out[n], fd[n], g[n];
+  for (int i = 0; i < n; i++) {
+    double l[2];
+    float x0 = x[i];
+    for (int s = 0; s < 2; s++) {
+      x[i] = s ? x0 - h : x0 + h;
+      ref_dropout_forward(out, x, n, d);
+      l[s] = 0;
+      for (int j = 0; j < n; j++) l[s] += out[j] * rw[j];
+    }
+    x[i] = x0;
+    fd[i] = (l[0] - l[1]) / (2.0 * (double)h);
+  }
+  ref_dropout_backward(g, rw, n, d);
+  float gf[n];
+  for (int i = 0; i < n; i++) gf[i] = (float)g[i];
+  test_compare("ref dropout_backward vs central differences", gf, fd, n, 1e-6, 1e-5);
+  cf_mem d_g = dev(ctx, rw, n, 3);
+  TEST_OK(cf_dropout_backward(ctx, d_g, n, d));
+  float *dg = test_read(ctx, d_g, n);
+  test_compare("device dropout_backward vs central differences", dg, fd, n, 1e-5, 1e-4);
+  free(dg);
+  free_bufs();
+}
+
+/* p == 0: nothing launched, the buffer bit for bit as it was (NaN, -0 and all). */
+static void p_zero_is_identity(cf_context *ctx, test_rng *r) {
+  enum { n = 1001 };
+  float x[n];
+  test_fill_uniform(r, x, n, -3, 3);
+  x[0] = NAN;
+  x[1] = -0.0f;
+  x[2] = INFINITY;
+  cf_mem d_x = dev(ctx, x, n, 2);
+  cf_dropout d = {0.0f, 1, 2, 3};
+  TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
+  TEST_OK(cf_dropout_backward(ctx, d_x, n, d));
+  float *y = test_read(ctx, d_x, n);
+  TEST_ASSERT(memcmp(x, y, sizeof x) == 0, "dropout with p = 0 changed the buffer");
+  printf("ok   p = 0 leaves the buffer untouched\n");
+  free(y);
+  free_bufs();
+}
+
+/* Kept fraction near 1-p, and masks of different (seed, step, tensor_id) are different. */
+static void statistics(cf_context *ctx) {
+  enum { n = 1 << 20 };
+  const float p = 0.3f;
+  cf_dropout base = {p, 2024, 10, 4};
+  cf_dropout other[3] = {{p, 2025, 10, 4}, {p, 2024, 11, 4}, {p, 2024, 10, 5}};
+  float *ones = falloc(n);
+  for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+  cf_mem x = dev(ctx, ones, n, 0);
+  TEST_OK(cf_dropout_forward(ctx, x, n, base));
+  float *m0 = test_read(ctx, x, n);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) kept += m0[i] != 0.0f;
+  double frac = (double)kept / n, sd = sqrt(p * (1.0 - p) / n);
+  TEST_ASSERT(fabs(frac - (1.0 - p)) < 5 * sd, "kept fraction %.5f, want %.5f +- %.5f", frac, 1.0 - p, 5 * sd);
+  for (int k = 0; k < 3; k++) {
+    TEST_OK(cf_write(ctx, x, ones, n));
+    TEST_OK(cf_dropout_forward(ctx, x, n, other[k]));
+    float *m = test_read(ctx, x, n);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += (m[i] != 0.0f) != (m0[i] != 0.0f);
+    double want = 2.0 * p * (1.0 - p), dfrac = (double)diff / n;  /* independent masks disagree this often */
+    TEST_ASSERT(fabs(dfrac - want) < 0.01, "masks for key change %d disagree in %.4f of elements, want ~%.4f", k,
+                dfrac, want);
+    free(m);
+  }
+  printf("ok   kept fraction %.5f (p = %.2f); seed, step and tensor_id each give a new mask\n", frac, (double)p);
+  free(ones); free(m0);
+  free_bufs();
+}
+
+static void bad_arguments(cf_context *ctx) {
+  cf_mem z = dev(ctx, NULL, 16, 0);
+  static const float bad[] = {1.0f, -0.1f, 1.5f, NAN, INFINITY};
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  for (int k = 0; k < 5; k++) {
+    cf_dropout d = {bad[k], 1, 2, 3};
+    TEST_ASSERT(cf_dropout_forward(ctx, z, 16, d) == CF_ERR_INVALID_ARG, "p = %g accepted", (double)bad[k]);
+    TEST_ASSERT(cf_dropout_backward(ctx, z, 16, d) == CF_ERR_INVALID_ARG, "p = %g accepted", (double)bad[k]);
+  }
+  cf_set_verbosity(v);
+  cf_clear_error();
+  free_bufs();
+}
+
+int main(void) {
+  philox_known_answers();
+  cf_context *ctx = test_context();
+  test_rng r = test_rng_seed(4242);
+  mask_matches_host(ctx, (cf_dropout){0.3f, 1234, 0, 0}, 100003, 5);
+  mask_matches_host(ctx, (cf_dropout){0.5f, 0xffffffffu, 0xfffffffeu, 0xdeadbeefu}, 4099, 0);
+  mask_matches_host(ctx, (cf_dropout){0.9f, 7, 123456, 3}, 1, 3);
+  static const size_t sizes[] = {1, 3, 4, 5, 1001, 4096 * 512};
+  static const float ps[] = {0.1f, 0.5f, 0.9f};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+    for (int k = 0; k < 3; k++) forward_backward(ctx, &r, (cf_dropout){ps[k], 31337, (uint32_t)s, (uint32_t)k}, sizes[s]);
+  finite_differences(ctx, &r);
+  p_zero_is_identity(ctx, &r);
+  statistics(ctx);
+  bad_arguments(ctx);
+  cf_context_free(ctx);
+  return test_finish("test_dropout");
+}
