@@ -21,7 +21,8 @@ double ref_activation_grad(double x, cf_activation act) {
       double u = GELU_K * (x + GELU_A * x * x * x), t = tanh(u);
       return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_A * x * x);
     }
-    case CF_ACT_GELU_ERF: return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) * 0.39894228040143267794 /* 1/sqrt(2 pi) */;
+    case CF_ACT_GELU_ERF:  /* 0.3989... = 1/sqrt(2 pi) */
+      return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
   }
   return NAN;
 }
