@@ -1,0 +1,124 @@
+// Softmax cross-entropy with label smoothing eps and an ignore index. One work-group per row
+// of logits; the softmax statistics (max M, S = sum exp(x - M)) are gathered in one pass with
+// the online rescaling trick, then combined across the group in a fixed tree (deterministic).
+// A row counts when 0 <= target < V and target != ignore_index; others get loss 0, grad 0.
+
+// Merge (m2, s2) into (m, s): both describe sums of exp(x - m) over disjoint sets.
+inline void online_merge(float *m, float *s, float m2, float s2) {
+  if (m2 > *m) {
+    *s = *s * exp(*m - m2) + s2;
+    *m = m2;
+  } else if (m2 != -INFINITY) {
+    *s += s2 * exp(m2 - *m);
+  }
+}
+
+// Row statistics over the group: returns M and S to every work-item (and sum x when want_sum).
+inline void row_stats(__global const float *x, int V, __local float *lm, __local float *ls, __local float *lx,
+                      float *M, float *S, float *SX) {
+  int lid = get_local_id(0);
+  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  for (int v = lid; v < V; v += CF_WG) {
+    float xv = x[v];
+    online_merge(&m, &s, xv, 1.0f);
+    sx += xv;
+  }
+  lm[lid] = m;
+  ls[lid] = s;
+  lx[lid] = sx;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int stride = CF_WG / 2; stride > 0; stride >>= 1) {
+    if (lid < stride) {
+      float mm = lm[lid], ss = ls[lid];
+      online_merge(&mm, &ss, lm[lid + stride], ls[lid + stride]);
+      lm[lid] = mm;
+      ls[lid] = ss;
+      lx[lid] += lx[lid + stride];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  *M = lm[0];
+  *S = ls[0];
+  *SX = lx[0];
+}
+
+// losses[row] = -sum_v q_v log p_v = (1-eps) * (log S - (x_t - M)) + eps * (log S - (mean x - M)).
+// Ignored rows still run the (empty) reduction: every work-item reaches every barrier, with no
+// early return before one (PoCL's barrier handling hangs on that pattern).
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void crossentropy_forward(__global float *losses, uint losses_off,
+                          __global const float *logits, uint logits_off,
+                          __global const int *targets, uint targets_off,
+                          int V, float eps, int ignore_index) {
+  __local float lm[CF_WG], ls[CF_WG], lx[CF_WG];
+  int row = get_group_id(0);
+  int t = targets[targets_off + row];
+  int counted = t != ignore_index && t >= 0 && t < V;
+  __global const float *x = logits + logits_off + (size_t)row * V;
+  float M, S, SX;
+  row_stats(x, counted ? V : 0, lm, ls, lx, &M, &S, &SX);
+  if (get_local_id(0) == 0) {
+    float l = 0.0f;
+    if (counted) {
+      float logS = log(S);
+      float nll = logS - (x[t] - M);
+      float smooth = logS - (SX / (float)V - M);
+      l = (1.0f - eps) * nll + eps * smooth;
+    }
+    losses[losses_off + row] = l;
+  }
+}
+
+// loss[0] = sum(losses) / count of counted rows (0 when none). One work-group, fixed order.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void crossentropy_mean(__global float *loss, uint loss_off,
+                       __global const float *losses, uint losses_off,
+                       __global const int *targets, uint targets_off,
+                       int N, int V, int ignore_index) {
+  __local float lsum[CF_WG];
+  __local int lcnt[CF_WG];
+  int lid = get_local_id(0);
+  float s = 0.0f;
+  int cnt = 0;
+  for (int n = lid; n < N; n += CF_WG) {
+    int t = targets[targets_off + n];
+    if (t != ignore_index && t >= 0 && t < V) {
+      s += losses[losses_off + n];
+      cnt++;
+    }
+  }
+  lsum[lid] = s;
+  lcnt[lid] = cnt;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int stride = CF_WG / 2; stride > 0; stride >>= 1) {
+    if (lid < stride) {
+      lsum[lid] += lsum[lid + stride];
+      lcnt[lid] += lcnt[lid + stride];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) loss[loss_off] = lcnt[0] > 0 ? lsum[0] / (float)lcnt[0] : 0.0f;
+}
+
+// dlogits[row, v] = dloss * (p_v - q_v), 0 on ignored rows. dlogits may be logits: each
+// work-item reads and then writes only its own elements.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void crossentropy_backward(__global float *dlogits, uint dlogits_off,
+                           __global const float *logits, uint logits_off,
+                           __global const int *targets, uint targets_off,
+                           int V, float eps, int ignore_index, float dloss) {
+  __local float lm[CF_WG], ls[CF_WG], lx[CF_WG];
+  int row = get_group_id(0), lid = get_local_id(0);
+  int t = targets[targets_off + row];
+  int counted = t != ignore_index && t >= 0 && t < V;
+  __global float *dx = dlogits + dlogits_off + (size_t)row * V;
+  __global const float *x = logits + logits_off + (size_t)row * V;
+  float M, S, SX;
+  row_stats(x, counted ? V : 0, lm, ls, lx, &M, &S, &SX);  // no early return: see crossentropy_forward
+  float invS = 1.0f / S, qoff = eps / (float)V;
+  for (int v = lid; v < V; v += CF_WG) {
+    float p = exp(x[v] - M) * invS;
+    float q = v == t ? 1.0f - eps + qoff : qoff;
+    dx[v] = counted ? dloss * (p - q) : 0.0f;
+  }
+}

@@ -1,0 +1,59 @@
+/* Launchers for the fused softmax cross-entropy kernels (cl/crossentropy.cl). */
+#include "clformer/crossentropy.h"
+#include "internal.h"
+
+static cf_status check_args(int N, int V, float smoothing) {
+  if (N <= 0 || V <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "crossentropy: N=%d V=%d must be positive", N, V);
+  if ((long long)N * V > 0xffffffffLL) return CF_FAIL(CF_ERR_INVALID_ARG, "crossentropy: N*V = %lld too large",
+                                                      (long long)N * V);
+  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "crossentropy: smoothing %g outside [0, 1]", smoothing);
+  return CF_OK;
+}
+
+cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem logits, cf_mem targets, int N,
+                                  int V, float smoothing, int ignore_index) {
+  CF_TRY(check_args(N, V, smoothing));
+  size_t wg = cf_context_wg(ctx);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_forward");
+  cf_arg_mem(&L, losses);
+  cf_arg_mem(&L, logits);
+  cf_arg_mem(&L, targets);
+  cf_arg_int(&L, V);
+  cf_arg_float(&L, smoothing);
+  cf_arg_int(&L, ignore_index);
+  size_t global = (size_t)N * wg;
+  CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
+  cf_arg_mem(&L, loss);
+  cf_arg_mem(&L, losses);
+  cf_arg_mem(&L, targets);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, V);
+  cf_arg_int(&L, ignore_index);
+  return cf_launch_run(&L, 1, &wg, &wg);
+}
+
+cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits, cf_mem logits, cf_mem targets, int N, int V,
+                                   float smoothing, int ignore_index, float dloss) {
+  CF_TRY(check_args(N, V, smoothing));
+  size_t wg = cf_context_wg(ctx);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_backward");
+  cf_arg_mem(&L, dlogits);
+  cf_arg_mem(&L, logits);
+  cf_arg_mem(&L, targets);
+  cf_arg_int(&L, V);
+  cf_arg_float(&L, smoothing);
+  cf_arg_int(&L, ignore_index);
+  cf_arg_float(&L, dloss);
+  size_t global = (size_t)N * wg;
+  return cf_launch_run(&L, 1, &global, &wg);
+}
+
+int cf_crossentropy_count(const int *targets, int N, int ignore_index) {
+  int count = 0;
+  for (int n = 0; n < N; n++) count += targets[n] != ignore_index;
+  return count;
+}
