@@ -1,0 +1,81 @@
+// Token + position embeddings and their backward. Every pointer comes with an element offset.
+// Token ids outside [0, V) never index wte: their token part is 0 and they add nothing to dwte.
+
+// Sinusoidal position (t, c) of C channels (Vaswani et al. 2017, section 3.5):
+// pos[t, 2i] = sin(t * w_i), pos[t, 2i+1] = cos(t * w_i), w_i = 10000^(-2i/C).
+// fp32: w_i carries a relative error of a few 1e-7 (the rounded exponent), so the angle
+// t * w_i is off by up to ~3e-7 * t radians; the tests' tolerance says so.
+inline float sinusoid(int t, int c, int C) {
+  float w = exp((float)(c & ~1) * (-9.210340371976184f / (float)C));  // -ln(10000) * 2i / C
+  float a = (float)t * w;
+  return (c & 1) ? cos(a) : sin(a);
+}
+
+// One work-item per (c, n): out[n, c] = token_scale * wte[tokens[n], c] + pos[n % T, c].
+__kernel void embedding_forward(__global float *out, uint out_off,
+                                __global const int *tokens, uint tokens_off,
+                                __global const float *wte, uint wte_off,
+                                __global const float *wpe, uint wpe_off,
+                                int learned, int N, int T, int C, int V, float token_scale) {
+  int c = get_global_id(0), n = get_global_id(1);
+  if (c >= C || n >= N) return;
+  int t = n % T;
+  int tok = tokens[tokens_off + n];
+  float e = (tok >= 0 && tok < V) ? token_scale * wte[wte_off + (size_t)tok * C + c] : 0.0f;
+  float p = learned ? wpe[wpe_off + (size_t)t * C + c] : sinusoid(t, c, C);
+  out[out_off + (size_t)n * C + c] = e + p;
+}
+
+// dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in
+// increasing n. One work-group per (column tile, v): it walks the tokens CF_WG at a time, finds
+// the matching rows with a prefix sum over flags (local memory, fixed order) and every
+// work-item adds those rows' column c. No atomics: bit-identical on every run. The sum is
+// compensated (Kahan): a frequent token (a space in byte-level text) repeats thousands of times
+// per batch, and a plain fp32 running sum then loses ~1e-4 of the result when terms cancel.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void embedding_backward_wte(__global float *dwte, uint dwte_off,
+                            __global const float *dout, uint dout_off,
+                            __global const int *tokens, uint tokens_off,
+                            int N, int C, float token_scale) {
+  __local int scan[CF_WG];
+  __local int rows[CF_WG];
+  int lid = get_local_id(0);
+  int c = get_group_id(0) * CF_WG + lid;
+  int v = get_group_id(1);
+  float acc = 0.0f, comp = 0.0f;
+  for (int base = 0; base < N; base += CF_WG) {
+    int n = base + lid;
+    int flag = (n < N && tokens[tokens_off + n] == v) ? 1 : 0;
+    scan[lid] = flag;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int d = 1; d < CF_WG; d <<= 1) {  // inclusive Hillis-Steele scan
+      int add = lid >= d ? scan[lid - d] : 0;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      scan[lid] += add;
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    int count = scan[CF_WG - 1];
+    if (flag) rows[scan[lid] - 1] = n;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < C)
+      for (int k = 0; k < count; k++) {
+        float y = dout[dout_off + (size_t)rows[k] * C + c] - comp;
+        float s = acc + y;
+        comp = (s - acc) - y;
+        acc = s;
+      }
+    barrier(CLK_LOCAL_MEM_FENCE);  // rows and scan are rewritten by the next chunk
+  }
+  if (c < C) dwte[dwte_off + (size_t)v * C + c] += token_scale * acc;
+}
+
+// dwpe[t, c] += sum over b of dout[b, t, c], b in order. One work-item per (c, t).
+__kernel void embedding_backward_wpe(__global float *dwpe, uint dwpe_off,
+                                     __global const float *dout, uint dout_off,
+                                     int B, int T, int C) {
+  int c = get_global_id(0), t = get_global_id(1);
+  if (c >= C || t >= T) return;
+  float acc = 0.0f;
+  for (int b = 0; b < B; b++) acc += dout[dout_off + ((size_t)b * T + t) * C + c];
+  dwpe[dwpe_off + (size_t)t * C + c] += acc;
+}
