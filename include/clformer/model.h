@@ -1,0 +1,66 @@
+/* The decoder-only causal Transformer language model, Post-LN or Pre-LN (Xiong et al. 2020,
+ * Figure 1). Parameters, gradients and Adam's moments each live in one contiguous device buffer
+ * described by a table of named views; activations are sized once for (B, T). */
+#ifndef CLFORMER_MODEL_H
+#define CLFORMER_MODEL_H
+
+#include <stdint.h>
+#include "clformer/config.h"
+#include "clformer/program.h"
+
+typedef struct cf_tensor_view {
+  char name[64];      /* e.g. "layers.3.ffn.fc2.weight" (the safetensors name) */
+  size_t off, numel;  /* in floats, into the flat parameter (and gradient) buffer */
+  int ndim;
+  int shape[2];
+  int kind;           /* CF_INIT_* */
+} cf_tensor_view;
+
+enum { CF_INIT_XAVIER, CF_INIT_ZERO, CF_INIT_ONE };
+
+typedef struct cf_model cf_model;
+
+/* Lay out and allocate everything for batches of B sequences of T tokens. cfg must be validated.
+ * The weights are uninitialised until cf_model_init or cf_model_set_params. */
+cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, cf_model **out);
+void cf_model_free(cf_model *m);  /* NULL is a no-op */
+
+/* Xavier-uniform matrices (each attention projection as its own C x C matrix), zero biases, unit LN
+ * gains; embeddings Xavier too. Drawn from Philox keyed by (seed, hash of the tensor's name), so the
+ * same architecture gets the same initial weights whatever the norm placement. Zeroes the moments. */
+cf_status cf_model_init(cf_model *m, uint64_t seed);
+
+int cf_model_num_views(const cf_model *m);
+const cf_tensor_view *cf_model_view(const cf_model *m, int i);
+const cf_tensor_view *cf_model_find_view(const cf_model *m, const char *name);
+size_t cf_model_num_params(const cf_model *m);   /* trainable numbers */
+size_t cf_model_flat_floats(const cf_model *m);  /* length of each flat buffer (views padded to 16 floats) */
+size_t cf_model_device_bytes(const cf_model *m);  /* all buffers the model allocated */
+int cf_model_batch(const cf_model *m);
+int cf_model_seq_len(const cf_model *m);
+
+/* Forward pass on one batch of (B, T) token ids; with targets, also the mean loss (on the device,
+ * read it with cf_model_loss). train = 1 applies dropout keyed by (seed, step). */
+cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train);
+/* Zero the gradients and back-propagate the last forward's loss (which must have had targets). */
+cf_status cf_model_backward(cf_model *m);
+/* Global L2 norm of the gradient, computed on the device (kept for the clipping in cf_model_update). */
+cf_status cf_model_grad_norm(cf_model *m);
+/* One optimizer step at learning rate lr (step is 1-based, for Adam's bias correction); clips by
+ * the norm cf_model_grad_norm computed when optim.clip_norm > 0. */
+cf_status cf_model_update(cf_model *m, float lr, int step);
+
+/* Blocking reads of the last loss and gradient norm. */
+cf_status cf_model_loss(cf_model *m, float *loss);
+cf_status cf_model_read_grad_norm(cf_model *m, float *norm);
+/* Logits of sequence b at position t after a forward, (V) floats. */
+cf_status cf_model_logits(cf_model *m, int b, int t, float *out);
+/* L2 norm of each view's gradient (cf_model_num_views floats). */
+cf_status cf_model_grad_norms(cf_model *m, float *out);
+
+/* Host copies of the flat buffers (cf_model_flat_floats floats each). which: 0 params, 1 grads,
+ * 2 Adam m (or SGD momentum), 3 Adam v. */
+cf_status cf_model_read(cf_model *m, int which, float *host);
+cf_status cf_model_write(cf_model *m, int which, const float *host);
+
+#endif
