@@ -1,43 +1,40 @@
 // Softmax cross-entropy with label smoothing eps and an ignore index. One work-group per row
-// of logits; the softmax statistics (max M, S = sum exp(x - M)) are gathered in one pass with
-// the online rescaling trick, then combined across the group in a fixed tree (deterministic).
+// of logits; the softmax statistics (max M, S = sum exp(x - M)) are combined across the group
+// in fixed trees (deterministic).
 // A row counts when 0 <= target < V and target != ignore_index; others get loss 0, grad 0.
 
-// Merge (m2, s2) into (m, s): both describe sums of exp(x - m) over disjoint sets.
-inline void online_merge(float *m, float *s, float m2, float s2) {
-  if (m2 > *m) {
-    *s = *s * exp(*m - m2) + s2;
-    *m = m2;
-  } else if (m2 != -INFINITY) {
-    *s += s2 * exp(m2 - *m);
-  }
-}
-
-// Row statistics over the group: returns M and S to every work-item (and sum x when want_sum).
+// Row statistics over the group, returned to every work-item: M = max x, S = sum exp(x - M),
+// SX = sum x. Two passes over the row (the second mostly from cache) so that exp runs once per
+// element; fixed trees across the group.
 inline void row_stats(__global const float *x, int V, __local float *lm, __local float *ls, __local float *lx,
                       float *M, float *S, float *SX) {
   int lid = get_local_id(0);
-  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  float m = -INFINITY, sx = 0.0f;
   for (int v = lid; v < V; v += CF_WG) {
     float xv = x[v];
-    online_merge(&m, &s, xv, 1.0f);
+    m = fmax(m, xv);
     sx += xv;
   }
   lm[lid] = m;
-  ls[lid] = s;
   lx[lid] = sx;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int stride = CF_WG / 2; stride > 0; stride >>= 1) {
     if (lid < stride) {
-      float mm = lm[lid], ss = ls[lid];
-      online_merge(&mm, &ss, lm[lid + stride], ls[lid + stride]);
-      lm[lid] = mm;
-      ls[lid] = ss;
+      lm[lid] = fmax(lm[lid], lm[lid + stride]);
       lx[lid] += lx[lid + stride];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  *M = lm[0];
+  float mx = lm[0];
+  float s = 0.0f;
+  for (int v = lid; v < V; v += CF_WG) s += exp(x[v] - mx);
+  ls[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int stride = CF_WG / 2; stride > 0; stride >>= 1) {
+    if (lid < stride) ls[lid] += ls[lid + stride];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  *M = mx;
   *S = ls[0];
   *SX = lx[0];
 }
