@@ -11,19 +11,22 @@ inline float sinusoid(int t, int c, int C) {
   return (c & 1) ? cos(a) : sin(a);
 }
 
-// One work-item per (c, n): out[n, c] = token_scale * wte[tokens[n], c] + pos[n % T, c].
+// out[b, t, c] = token_scale * wte[tokens[b, t], c] + pos[t, c]. One work-item per (c, t) walks
+// the B sequences, so each position value is computed (sinusoids) or read (wpe) once.
 __kernel void embedding_forward(__global float *out, uint out_off,
                                 __global const int *tokens, uint tokens_off,
                                 __global const float *wte, uint wte_off,
                                 __global const float *wpe, uint wpe_off,
-                                int learned, int N, int T, int C, int V, float token_scale) {
-  int c = get_global_id(0), n = get_global_id(1);
-  if (c >= C || n >= N) return;
-  int t = n % T;
-  int tok = tokens[tokens_off + n];
-  float e = (tok >= 0 && tok < V) ? token_scale * wte[wte_off + (size_t)tok * C + c] : 0.0f;
+                                int learned, int B, int T, int C, int V, float token_scale) {
+  int c = get_global_id(0), t = get_global_id(1);
+  if (c >= C || t >= T) return;
   float p = learned ? wpe[wpe_off + (size_t)t * C + c] : sinusoid(t, c, C);
-  out[out_off + (size_t)n * C + c] = e + p;
+  for (int b = 0; b < B; b++) {
+    size_t n = (size_t)b * T + t;
+    int tok = tokens[tokens_off + n];
+    float e = (tok >= 0 && tok < V) ? token_scale * wte[wte_off + (size_t)tok * C + c] : 0.0f;
+    out[out_off + n * C + c] = e + p;
+  }
 }
 
 // dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in

@@ -14,7 +14,6 @@ static cf_status check_dims(int B, int T, int C, int V) {
 cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_mem wte, cf_mem wpe, int B, int T,
                                int C, int V, float token_scale) {
   CF_TRY(check_dims(B, T, C, V));
-  int N = B * T;
   cf_launch L;
   cf_launch_begin(&L, ctx, "embedding", "embedding_forward");
   cf_arg_mem(&L, out);
@@ -22,13 +21,13 @@ cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_me
   cf_arg_mem(&L, wte);
   cf_arg_mem(&L, wpe);  /* a NULL buffer is a valid (unused) argument when positions are sinusoidal */
   cf_arg_int(&L, wpe.buf != NULL);
-  cf_arg_int(&L, N);
+  cf_arg_int(&L, B);
   cf_arg_int(&L, T);
   cf_arg_int(&L, C);
   cf_arg_int(&L, V);
   cf_arg_float(&L, token_scale);
   size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4);
-  size_t global[2] = {(size_t)C, (size_t)N}, local[2] = {lx, 4};
+  size_t global[2] = {(size_t)C, (size_t)T}, local[2] = {lx, 4};
   return cf_launch_run(&L, 2, global, local);
 }
 
