@@ -1,25 +1,241 @@
-/* Row-major SGEMM through CLBlast, plain and strided-batched, on the context's queue. */
+/* Row-major SGEMM, plain and strided-batched, on the context's queue: through CLBlast, or through
+ * our own CPU kernels (cl/gemm.cl), chosen per $CLFORMER_GEMM and the device type. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <clblast_c.h>
 #include "internal.h"
 
-static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
+/* ---------- choosing ---------- */
 
-cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K,
-                  float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb,
-                  float beta, cf_mem C, size_t ldc) {
-  if (M == 0 || N == 0) return CF_OK;
-  CF_CHECK(CLBlastSgemm(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha, A.buf, A.off, lda,
-                        B.buf, B.off, ldb, beta, C.buf, C.off, ldc, &ctx->queue, NULL));
+const char *cf_gemm_impl_name(cf_gemm_impl impl) {
+  switch (impl) {
+    case CF_GEMM_AUTO: return "auto";
+    case CF_GEMM_CLBLAST: return "clblast";
+    case CF_GEMM_OWN: return "own";
+  }
+  return "?";
+}
+
+cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl *out) {
+  if (impl == CF_GEMM_AUTO) {
+    const char *env = getenv("CLFORMER_GEMM");
+    if (env && *env) {
+      if (!strcmp(env, "clblast")) impl = CF_GEMM_CLBLAST;
+      else if (!strcmp(env, "own")) impl = CF_GEMM_OWN;
+      else if (strcmp(env, "auto"))
+        return CF_FAIL(CF_ERR_CONFIG, "CLFORMER_GEMM=%s: expected clblast, own or auto", env);
+    }
+  }
+  if (impl == CF_GEMM_AUTO) impl = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+  if (impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN) return CF_FAIL(CF_ERR_INVALID_ARG, "unknown GEMM implementation %d", (int)impl);
+  *out = impl;
   return CF_OK;
 }
 
-cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K,
-                          float alpha, cf_mem A, size_t lda, size_t stride_a,
-                          cf_mem B, size_t ldb, size_t stride_b,
+/* ---------- CLBlast ---------- */
+
+static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
+
+static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                              cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                              cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (batch == 1)
+    CF_CHECK(CLBlastSgemm(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha, A.buf, A.off, lda,
+                          B.buf, B.off, ldb, beta, C.buf, C.off, ldc, &ctx->queue, NULL));
+  else
+    CF_CHECK(CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha,
+                                        A.buf, A.off, lda, stride_a, B.buf, B.off, ldb, stride_b, beta,
+                                        C.buf, C.off, ldc, stride_c, batch, &ctx->queue, NULL));
+  return CF_OK;
+}
+
+/* ---------- the packing scratch ---------- */
+
+/* The context struct is not ours to extend, so the scratch for packed op(B) panels lives in a
+ * small table keyed by command queue. The entry retains its queue, so the key cannot be reused by
+ * another queue while the entry exists; kernels on an in-order queue run one after another, so
+ * every product on that queue can share one buffer. Allocating per call instead costs a fresh
+ * mapping and its page faults on every product (about a millisecond for a 4 MiB panel set on
+ * PoCL, as long as a whole forward GEMM of the default model). */
+#define SCRATCH_SLOTS 4
+static struct scratch_slot {
+  cl_command_queue queue;
+  cl_mem buf;
+  size_t bytes;
+  unsigned long long used;  /* LRU clock */
+} scratch[SCRATCH_SLOTS];
+static unsigned long long scratch_clock;
+static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void slot_release(struct scratch_slot *s) {
+  CF_RELEASE(clReleaseMemObject, s->buf);
+  CF_RELEASE(clReleaseCommandQueue, s->queue);
+  memset(s, 0, sizeof *s);
+}
+
+void cf_gemm_scratch_free(cf_context *ctx) {
+  if (!ctx) return;
+  pthread_mutex_lock(&scratch_lock);
+  for (int i = 0; i < SCRATCH_SLOTS; i++)
+    if (scratch[i].queue && scratch[i].queue == ctx->queue) slot_release(&scratch[i]);
+  pthread_mutex_unlock(&scratch_lock);
+}
+
+/* A buffer of at least `bytes` for this context's queue. */
+static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
+  cf_status st = CF_OK;
+  pthread_mutex_lock(&scratch_lock);
+  struct scratch_slot *s = NULL;
+  for (int i = 0; i < SCRATCH_SLOTS && !s; i++)
+    if (scratch[i].queue == ctx->queue) s = &scratch[i];
+  if (!s) {  /* a free slot, else the least recently used */
+    s = &scratch[0];
+    for (int i = 1; i < SCRATCH_SLOTS; i++)
+      if (!scratch[i].queue || (s->queue && scratch[i].used < s->used)) s = &scratch[i];
+    slot_release(s);
+    st = clRetainCommandQueue(ctx->queue);
+    if (st != CL_SUCCESS) {
+      st = cf_report(st, "clRetainCommandQueue", __FILE__, __LINE__, NULL);
+      goto done;
+    }
+    s->queue = ctx->queue;
+  }
+  s->used = ++scratch_clock;
+  if (s->bytes < bytes) {
+    size_t grow = s->bytes + s->bytes / 2;  /* grow geometrically, in whole MiB */
+    size_t want = cf_round_up(bytes > grow ? bytes : grow, (size_t)1 << 20);
+    if (want > ctx->info.max_alloc) want = bytes;
+    CF_RELEASE(clReleaseMemObject, s->buf);  /* queued users keep it alive until they finish */
+    s->buf = NULL;
+    s->bytes = 0;
+    st = cf_buffer_create(ctx, want, &s->buf);
+    if (st != CF_OK) goto done;
+    s->bytes = want;
+  }
+  *out = s->buf;
+done:
+  pthread_mutex_unlock(&scratch_lock);
+  return st;
+}
+
+/* ---------- our kernels ---------- */
+
+#define OWN_MR 12  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
+#define OWN_NR 32
+#define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
+
+static int fits32(size_t v) { return v <= UINT32_MAX; }
+
+/* Whether our kernels can index this product (32-bit sizes, strides and offsets). */
+static int own_fits(int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a, cf_mem B,
+                    size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
+  int direct = (!trans_b && N % OWN_NR == 0) || K == 0;
+  size_t packed = panels * OWN_NR * (K ? K : 1);
+  return fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
+         fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off) &&
+         tiles <= UINT32_MAX / panels && (direct || (packed <= UINT32_MAX && packed <= SIZE_MAX / 4 / batch));
+}
+
+static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (!own_fits(trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
+                   "indexing of the own kernels", M, N, K, batch);
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
+  cf_mem Bp = B;
+  size_t b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
+  if (!((!trans_b && N % OWN_NR == 0) || K == 0)) {  /* pack op(B) into zero-padded K x 32 panels */
+    size_t per = panels * OWN_NR * K;
+    cl_mem buf = NULL;
+    CF_TRY(scratch_get(ctx, per * batch * sizeof(float), &buf));
+    Bp = cf_at(buf, 0);
+    b_ld = OWN_NR;
+    b_panel = OWN_NR * K;
+    sbp = per;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_pack_b");
+    cf_arg_mem(&L, Bp);
+    cf_arg_mem(&L, B);
+    cf_arg_int(&L, trans_b);
+    cf_arg_uint(&L, (unsigned)K);
+    cf_arg_uint(&L, (unsigned)N);
+    cf_arg_uint(&L, (unsigned)ldb);
+    cf_arg_uint(&L, (unsigned)stride_b);
+    cf_arg_uint(&L, (unsigned)per);
+    size_t global[3] = {(K + 15) / 16, panels, batch}, local[3] = {1, 1, 1};
+    CF_TRY(cf_launch_run(&L, 3, global, local));
+  }
+  size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
+  if (group < 1) group = 1;
+  if (group > tiles) group = tiles;
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "gemm", trans_a ? "gemm_at" : "gemm_an");
+  cf_arg_mem(&L, C);
+  cf_arg_mem(&L, A);
+  cf_arg_mem(&L, Bp);
+  cf_arg_uint(&L, (unsigned)M);
+  cf_arg_uint(&L, (unsigned)N);
+  cf_arg_uint(&L, (unsigned)K);
+  cf_arg_uint(&L, (unsigned)lda);
+  cf_arg_uint(&L, (unsigned)ldc);
+  cf_arg_uint(&L, (unsigned)b_ld);
+  cf_arg_uint(&L, (unsigned)b_panel);
+  cf_arg_uint(&L, (unsigned)stride_a);
+  cf_arg_uint(&L, (unsigned)sbp);
+  cf_arg_uint(&L, (unsigned)stride_c);
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)group);
+  size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
+}
+
+/* ---------- entry points ---------- */
+
+static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                          float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   if (M == 0 || N == 0 || batch == 0) return CF_OK;
-  CF_CHECK(CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha,
-                                      A.buf, A.off, lda, stride_a, B.buf, B.off, ldb, stride_b, beta,
-                                      C.buf, C.off, ldc, stride_c, batch, &ctx->queue, NULL));
-  return CF_OK;
+  size_t acols = trans_a ? M : K, bcols = trans_b ? K : N;
+  if (lda < (acols ? acols : 1) || ldb < (bcols ? bcols : 1) || ldc < N)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
+                   trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
+  cf_gemm_impl use;
+  CF_TRY(cf_gemm_resolve(ctx, impl, &use));
+  if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
+      !own_fits(trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    use = CF_GEMM_CLBLAST;
+  if (use == CF_GEMM_OWN)
+    return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                    batch);
+  return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                      batch);
+}
+
+cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
+                               size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                               size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                  stride_c, batch);
+}
+
+cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
+                  size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
+  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                  stride_c, batch);
 }

@@ -1,5 +1,9 @@
-/* GEMM through CLBlast against the double reference: all transpose forms, odd sizes, offsets,
- * alpha/beta, and the strided-batched form. Relative error in the Frobenius norm below 1e-5. */
+/* GEMM against the double reference, for both implementations (CLBlast and our own kernels):
+ * all transpose forms, sizes at the edges of our 12 x 32 register tiles, K past 1000 (several
+ * tile groups), offsets, padded rows and matrices that must stay untouched, alpha/beta (beta 0
+ * over a NaN-poisoned C), the strided-batched form with odd strides, the choice of
+ * implementation by $CLFORMER_GEMM, and run-to-run bit equality. Relative error in the
+ * Frobenius norm below 1e-5. */
 #include <math.h>
 #include <string.h>
 #include "testutil.h"
@@ -16,7 +20,9 @@ static double rel_fro(const float *out, const double *ref, size_t n, int *nonfin
 }
 
 /* C (batch x M x N, row stride ldc, matrix stride sc) = alpha op(A) op(B) + beta C */
-static void run_case(cf_context *ctx, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K, size_t batch,
+static int ncases;
+
+static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K, size_t batch,
                      float alpha, float beta) {
   size_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
   size_t lda = acols + 3, ldb = bcols + 1, ldc = N + 2;  /* padded rows catch stride mix-ups */
@@ -37,15 +43,17 @@ static void run_case(cf_context *ctx, test_rng *r, int ta, int tb, size_t M, siz
       for (size_t i = 0; i < M; i++) test_poison(ctx, cf_at(dC, offc + bi * sc + i * ldc), N);
   }
   if (batch == 1)
-    TEST_OK(cf_gemm(ctx, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, cf_at(dB, offb), ldb, beta, cf_at(dC, offc), ldc));
+    TEST_OK(cf_gemm_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, cf_at(dB, offb), ldb, beta, cf_at(dC, offc), ldc));
   else
-    TEST_OK(cf_gemm_batched(ctx, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, sa, cf_at(dB, offb), ldb, sb, beta,
+    TEST_OK(cf_gemm_batched_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, sa, cf_at(dB, offb), ldb, sb, beta,
                             cf_at(dC, offc), ldc, sc, batch));
   float *C = test_read(ctx, cf_at(dC, 0), nc);
   int nonfinite;
   double err = rel_fro(C, ref, nc, &nonfinite);
   char what[128];
-  snprintf(what, sizeof what, "%s%c%c M=%zu N=%zu K=%zu batch=%zu alpha=%g beta=%g", batch > 1 ? "batched " : "",
+  ncases++;
+  snprintf(what, sizeof what, "%s %s%c%c M=%zu N=%zu K=%zu batch=%zu alpha=%g beta=%g", cf_gemm_impl_name(impl),
+           batch > 1 ? "batched " : "",
            ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, batch, alpha, beta);
   /* elements outside the matrices (the padding) must be untouched */
   int untouched = 1;
@@ -56,26 +64,98 @@ static void run_case(cf_context *ctx, test_rng *r, int ta, int tb, size_t M, siz
   }
   TEST_ASSERT(nonfinite == 0 && err < 1e-5 && untouched, "%s: relative error %.3g, %d non-finite, padding %s", what,
               err, nonfinite, untouched ? "intact" : "overwritten");
-  if (nonfinite == 0 && err < 1e-5 && untouched) printf("ok   %s: relative error %.3g\n", what, err);
+  if (nonfinite == 0 && err < 1e-5 && untouched && (M * N * K * batch > 100000 || getenv("TEST_VERBOSE")))
+    printf("ok   %s: relative error %.3g\n", what, err);
   free(A); free(B); free(C0); free(C); free(ref);
   cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
+}
+
+/* The same product twice through our kernels gives the same bits. */
+static void check_deterministic(cf_context *ctx, test_rng *r) {
+  size_t M = 97, N = 95, K = 1031;
+  float *A = malloc(M * K * 4), *B = malloc(N * K * 4);
+  test_fill_uniform(r, A, M * K, -1, 1);
+  test_fill_uniform(r, B, N * K, -1, 1);
+  cl_mem dA = test_buffer(ctx, A, M * K), dB = test_buffer(ctx, B, N * K), dC = test_buffer(ctx, NULL, 2 * M * N);
+  for (int i = 0; i < 2; i++)
+    TEST_OK(cf_gemm_with(ctx, CF_GEMM_OWN, 0, 1, M, N, K, 1.0f, cf_at(dA, 0), K, cf_at(dB, 0), K, 0.0f,
+                         cf_at(dC, i * M * N), N));
+  float *C = test_read(ctx, cf_at(dC, 0), 2 * M * N);
+  TEST_ASSERT(!memcmp(C, C + M * N, M * N * 4), "own GEMM: two runs differ");
+  free(A); free(B); free(C);
+  cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
+}
+
+/* $CLFORMER_GEMM picks the implementation; auto means ours on CPUs. */
+static void check_choice(cf_context *ctx) {
+  cf_gemm_impl got = CF_GEMM_AUTO;
+  int cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  unsetenv("CLFORMER_GEMM");
+  TEST_OK(cf_gemm_resolve(ctx, CF_GEMM_AUTO, &got));
+  TEST_ASSERT(got == (cpu ? CF_GEMM_OWN : CF_GEMM_CLBLAST), "auto chose %s", cf_gemm_impl_name(got));
+  setenv("CLFORMER_GEMM", "clblast", 1);
+  TEST_OK(cf_gemm_resolve(ctx, CF_GEMM_AUTO, &got));
+  TEST_ASSERT(got == CF_GEMM_CLBLAST, "CLFORMER_GEMM=clblast chose %s", cf_gemm_impl_name(got));
+  TEST_OK(cf_gemm_resolve(ctx, CF_GEMM_OWN, &got));
+  TEST_ASSERT(got == CF_GEMM_OWN, "a forced implementation must win over the environment");
+  setenv("CLFORMER_GEMM", "own", 1);
+  TEST_OK(cf_gemm_resolve(ctx, CF_GEMM_AUTO, &got));
+  TEST_ASSERT(got == CF_GEMM_OWN, "CLFORMER_GEMM=own chose %s", cf_gemm_impl_name(got));
+  setenv("CLFORMER_GEMM", "fastest", 1);
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  cf_status st = cf_gemm_resolve(ctx, CF_GEMM_AUTO, &got);
+  cf_set_verbosity(v);
+  TEST_ASSERT(st == CF_ERR_CONFIG, "CLFORMER_GEMM=fastest gave %s", cf_status_str(st));
+  unsetenv("CLFORMER_GEMM");
+}
+
+/* Every case of the original CLBlast test, plus the edges of our tiles, for one implementation. */
+static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
+  const size_t shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 256, 64}, {5, 1, 300}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        run_case(ctx, impl, r, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 0, 1, 17, 33, 65, 1, 0.5f, 1.0f);
+  run_case(ctx, impl, r, 1, 0, 31, 9, 40, 1, -2.0f, 0.25f);
+  /* batched: attention-like shapes (T x HS by HS x T, and T x T by T x HS) */
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) run_case(ctx, impl, r, ta, tb, 7, 9, 11, 6, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 0, 1, 64, 64, 16, 12, 0.25f, 0.0f);
+  run_case(ctx, impl, r, 0, 0, 33, 16, 33, 5, 1.0f, 1.0f);
+
+  /* edges of the 12-row, 32-column tiles: every (M, N) pair, K and the transposes cycling */
+  const size_t edge[] = {1, 11, 12, 13, 31, 32, 33, 95, 97};
+  const size_t ne = sizeof edge / sizeof *edge;
+  for (size_t i = 0; i < ne; i++)
+    for (size_t j = 0; j < ne; j++) {
+      int t = (int)((i + 2 * j) % 4);
+      float beta = (i + j) % 3 == 0 ? 0.5f : 0.0f;
+      run_case(ctx, impl, r, t & 1, t >> 1, edge[i], edge[j], edge[(i + j) % ne], 1, (i + j) % 2 ? 1.0f : -0.75f, beta);
+    }
+  for (size_t k = 0; k < ne; k++)
+    for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, edge[k], 1, 1.0f, 0.0f);
+  /* K past 1000: several groups of row tiles, the last one partial */
+  for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 97, 65, 1031, 1, 1.0f, t == 3 ? 1.0f : 0.0f);
+  /* batched with odd sizes (run_case pads rows and matrices by odd amounts) */
+  for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 31, 3, 1.0f, t == 2 ? -1.0f : 0.0f);
+  for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 64, 64, 64, 4, 0.125f, 0.0f);
+  /* the model's shapes, small: forward x W^T, dW += dy^T x, dx = dy W */
+  run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
+  run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
 }
 
 int main(void) {
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(42);
-  const size_t shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 256, 64}, {5, 1, 300}};
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-    for (int ta = 0; ta < 2; ta++)
-      for (int tb = 0; tb < 2; tb++)
-        run_case(ctx, &r, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1.0f, 0.0f);
-  run_case(ctx, &r, 0, 1, 17, 33, 65, 1, 0.5f, 1.0f);
-  run_case(ctx, &r, 1, 0, 31, 9, 40, 1, -2.0f, 0.25f);
-  /* batched: attention-like shapes (T x HS by HS x T, and T x T by T x HS) */
-  for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++) run_case(ctx, &r, ta, tb, 7, 9, 11, 6, 1.0f, 0.0f);
-  run_case(ctx, &r, 0, 1, 64, 64, 16, 12, 0.25f, 0.0f);
-  run_case(ctx, &r, 0, 0, 33, 16, 33, 5, 1.0f, 1.0f);
+  check_choice(ctx);
+  run_all(ctx, CF_GEMM_CLBLAST, &r);
+  run_all(ctx, CF_GEMM_OWN, &r);
+  check_deterministic(ctx, &r);
+  printf("%d cases\n", ncases);
+  cf_gemm_scratch_free(ctx);
   cf_context_free(ctx);
   return test_finish("test_gemm");
 }

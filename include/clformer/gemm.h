@@ -1,6 +1,11 @@
-/* Row-major single-precision matrix products on the device, through CLBlast.
- * C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, op = transpose when trans_* is set.
- * lda/ldb/ldc are row strides in elements of the matrices as stored. */
+/* Row-major single-precision matrix products on the device: C[M,N] = alpha * op(A)[M,K] *
+ * op(B)[K,N] + beta * C, op = transpose when trans_* is set. lda/ldb/ldc are row strides in
+ * elements of the matrices as stored. beta == 0 never reads C (it may hold NaN).
+ *
+ * Two implementations: CLBlast, and our own kernels (cl/gemm.cl) written for CPU devices
+ * (register tiles of float16 vectors, op(B) packed into 32-column panels). cf_gemm picks one
+ * per $CLFORMER_GEMM = clblast | own | auto (default auto: our own on CPU devices, CLBlast on
+ * GPUs and accelerators, whose tuning database is good). */
 #ifndef CLFORMER_GEMM_H
 #define CLFORMER_GEMM_H
 
@@ -15,6 +20,32 @@ cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, s
                           float alpha, cf_mem A, size_t lda, size_t stride_a,
                           cf_mem B, size_t ldb, size_t stride_b,
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
+
+typedef enum cf_gemm_impl {
+  CF_GEMM_AUTO = 0,   /* $CLFORMER_GEMM, else by device type */
+  CF_GEMM_CLBLAST,
+  CF_GEMM_OWN,
+} cf_gemm_impl;
+
+/* What `impl` means on this context: AUTO resolved through $CLFORMER_GEMM and the device type.
+ * CF_ERR_CONFIG when $CLFORMER_GEMM holds anything but clblast, own or auto. (AUTO may still
+ * fall back to CLBlast for a product whose sizes exceed 32-bit indexing.) */
+cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl *out);
+const char *cf_gemm_impl_name(cf_gemm_impl impl);  /* "auto", "clblast", "own" */
+
+/* cf_gemm / cf_gemm_batched with a chosen implementation (tests and benchmarks force one). */
+cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb,
+                       float beta, cf_mem C, size_t ldc);
+cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
+                               size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a,
+                               cf_mem B, size_t ldb, size_t stride_b,
+                               float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
+
+/* Our kernels pack op(B) into a scratch buffer kept per command queue (grown on demand, reused by
+ * later products on the same in-order queue). This releases the context's scratch; otherwise it
+ * lives until the process ends or a fifth queue evicts it. Safe to call when there is none. */
+void cf_gemm_scratch_free(cf_context *ctx);
 
 /* Double-precision reference on the host, same conventions (C in double, updated in place). */
 void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,

@@ -1,0 +1,150 @@
+// Row-major SGEMM for CPU devices (PoCL): C = alpha * op(A) * op(B) + beta * C, plain and
+// strided-batched. Work-groups of one work-item; each work-item owns a GEMM_MR x 32 tile of C in
+// 2*GEMM_MR float16 accumulators and, per k, loads 32 values of op(B) and broadcasts GEMM_MR
+// values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs.
+//
+// op(B) is read as 32-column panels: panel p holds columns 32p..32p+31 for every k, row k at
+// b_ld floats after row k-1, panel p at b_panel floats after panel p-1. gemm_pack_b writes
+// zero-padded panels (b_ld 32, b_panel 32*K) from any B; a non-transposed B whose N is a
+// multiple of 32 is read in place (b_ld ldb, b_panel 32).
+
+#define GEMM_MR 12
+#define GEMM_NR 32
+
+// P (batch, ceil(N/32), K, 32) = op(B) (batch, K, N), zero-padded; one 16 x 32 block per item.
+// global: (ceil(K/16), ceil(N/32), batch)
+__kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B, uint b_off, int trans_b, uint K,
+                          uint N, uint ldb, uint stride_b, uint stride_p) {
+  uint k0 = 16 * get_global_id(0), panel = get_global_id(1), bi = get_global_id(2);
+  uint n0 = GEMM_NR * panel;
+  if (k0 >= K || n0 >= N) return;
+  uint kn = min(16u, K - k0), nn = min((uint)GEMM_NR, N - n0);
+  __global const float *b = B + b_off + (size_t)bi * stride_b;
+  __global float *p = P + p_off + (size_t)bi * stride_p + (size_t)panel * K * GEMM_NR + (size_t)k0 * GEMM_NR;
+  if (!trans_b) {  // B (K, N): row k of op(B) is row k of B
+    for (uint k = 0; k < kn; k++) {
+      __global const float *row = b + (size_t)(k0 + k) * ldb + n0;
+      __global float *dst = p + k * GEMM_NR;
+      if (nn == GEMM_NR) {
+        vstore16(vload16(0, row), 0, dst);
+        vstore16(vload16(1, row), 1, dst);
+      } else {
+        for (uint j = 0; j < GEMM_NR; j++) dst[j] = j < nn ? row[j] : 0.0f;
+      }
+    }
+  } else {  // B (N, K): column n of op(B) is row n of B
+    for (uint j = 0; j < GEMM_NR; j++) {
+      __global const float *col = b + (size_t)(n0 + j) * ldb + k0;
+      if (j < nn && kn == 16) {
+        float16 v = vload16(0, col);
+        float t[16];
+        vstore16(v, 0, t);
+        for (uint k = 0; k < 16; k++) p[k * GEMM_NR + j] = t[k];
+      } else {
+        for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = j < nn ? col[k] : 0.0f;
+      }
+    }
+  }
+}
+
+// One row of the tile: p (nn) = alpha * (x|y) + beta * p; beta == 0 never reads p.
+inline void gemm_store_row(__global float *p, float16 x, float16 y, uint nn, float alpha, float beta) {
+  if (nn == GEMM_NR) {
+    if (beta == 0.0f) {
+      vstore16(alpha * x, 0, p);
+      vstore16(alpha * y, 1, p);
+    } else {
+      vstore16(alpha * x + beta * vload16(0, p), 0, p);
+      vstore16(alpha * y + beta * vload16(1, p), 1, p);
+    }
+  } else {
+    float t[GEMM_NR];
+    vstore16(x, 0, t);
+    vstore16(y, 1, t);
+    for (uint j = 0; j < nn; j++) p[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * p[j];
+  }
+}
+
+#define GEMM_REP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define GEMM_ACC(i) float16 c##i##a = 0.0f, c##i##b = 0.0f;
+#define GEMM_FMA(i)                       \
+  {                                       \
+    float16 a_ = (float16)(GEMM_A(i));    \
+    c##i##a = fma(a_, b0, c##i##a);       \
+    c##i##b = fma(a_, b1, c##i##b);       \
+  }
+#define GEMM_STORE(i) \
+  if (m0 + i < M) gemm_store_row(c + (size_t)(m0 + i) * ldc, c##i##a, c##i##b, nn, alpha, beta);
+
+// The k loop over op(B)'s panel at bp, with GEMM_A(i) the value of op(A) at row i, column k.
+#define GEMM_KLOOP                                    \
+  for (uint k = 0; k < K; k++, bp += b_ld) {          \
+    float16 b0 = vload16(0, bp), b1 = vload16(1, bp); \
+    GEMM_REP(GEMM_FMA)                                \
+  }
+
+// Tile t of the batch's matrix: groups of group_m row tiles, and within a group the row tiles
+// vary fastest, so a group of A's rows stays in cache while B's panels stream past.
+#define GEMM_PROLOGUE                                                                   \
+  uint t = get_global_id(0), bi = get_global_id(1);                                     \
+  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;              \
+  if (t >= mt * nt) return;                                                             \
+  uint per_group = group_m * nt, g = t / per_group, idx = t - g * per_group;            \
+  uint first = g * group_m, gsize = min(group_m, mt - first);                           \
+  uint m0 = GEMM_MR * (first + idx % gsize), n0 = GEMM_NR * (idx / gsize);              \
+  uint nn = min((uint)GEMM_NR, N - n0);                                                 \
+  __global const float *a = A + a_off + (size_t)bi * stride_a;                          \
+  __global const float *bp = B + b_off + (size_t)bi * stride_b + (size_t)(n0 / GEMM_NR) * b_panel; \
+  __global float *c = C + c_off + (size_t)bi * stride_c + n0;                           \
+  GEMM_REP(GEMM_ACC)
+
+#define GEMM_ARGS                                                                                          \
+  __global float *C, uint c_off, __global const float *A, uint a_off, __global const float *B, uint b_off, \
+      uint M, uint N, uint K, uint lda, uint ldc, uint b_ld, uint b_panel, uint stride_a, uint stride_b,   \
+      uint stride_c, float alpha, float beta, uint group_m
+
+// C (batch, M, N) with op(A) = A (batch, M, K). global: (tiles, batch), local (1, 1)
+__kernel void gemm_an(GEMM_ARGS) {
+  GEMM_PROLOGUE
+  // rows past M read row M-1 (their results are not stored), so the loop has no branches
+#define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
+  GEMM_REP(GEMM_ROWPTR)
+#define GEMM_A(i) a##i[k]
+  GEMM_KLOOP
+#undef GEMM_A
+  GEMM_REP(GEMM_STORE)
+}
+
+// C (batch, M, N) with op(A) = A^T, A (batch, K, M). global: (tiles, batch), local (1, 1)
+__kernel void gemm_at(GEMM_ARGS) {
+  GEMM_PROLOGUE
+  __global const float *ak = a + m0;
+  if (m0 + GEMM_MR <= M) {
+#define GEMM_A(i) ak[(size_t)k * lda + i]
+    GEMM_KLOOP
+#undef GEMM_A
+  } else {
+#define GEMM_COL(i) uint o##i = min((uint)i, M - 1 - m0);
+    GEMM_REP(GEMM_COL)
+#define GEMM_A(i) ak[(size_t)k * lda + o##i]
+    GEMM_KLOOP
+#undef GEMM_A
+  }
+  GEMM_REP(GEMM_STORE)
+}
+
+// The device's fp32 FMA rate: 16 independent float16 chains per item, iters rounds each.
+// out (items) receives a sum so nothing is optimised away. flops = items * iters * 16 * 16 * 2.
+__kernel void gemm_fma_peak(__global float *out, uint out_off, uint iters, float x) {
+  float16 m = (float16)(x), d = (float16)(1.0f - x);
+#define PEAK_DECL(i) float16 r##i = (float16)(x * (i + 1));
+#define PEAK_STEP(i) r##i = fma(r##i, m, d);
+#define PEAK_REP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+  PEAK_REP(PEAK_DECL)
+  for (uint i = 0; i < iters; i++) {
+    PEAK_REP(PEAK_STEP)
+  }
+  float16 s = r0 + r1 + r2 + r3 + r4 + r5 + r6 + r7 + r8 + r9 + r10 + r11 + r12 + r13 + r14 + r15;
+  out[out_off + get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 + s.sa +
+                                    s.sb + s.sc + s.sd + s.se + s.sf;
+}
