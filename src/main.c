@@ -22,6 +22,8 @@ static const char *usage =
 static const struct { const char *name; int (*run)(int, char **); } commands[] = {
     {"devices", cmd_devices},
     {"check", cmd_check},
+    {"train", cmd_train},
+    {"sample", cmd_sample},
 };
 
 int main(int argc, char **argv) {

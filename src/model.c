@@ -481,6 +481,7 @@ cf_status cf_model_update(cf_model *m, float lr, int step) {
                         &h, norm, (float)c->optim.clip_norm);
 }
 
+cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, A(m->loss), 1); }
 cf_status cf_model_loss(cf_model *m, float *loss) { return cf_read(m->ctx, A(m->loss), loss, 1); }
 cf_status cf_model_read_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
 

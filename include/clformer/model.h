@@ -50,6 +50,8 @@ cf_status cf_model_grad_norm(cf_model *m);
  * the norm cf_model_grad_norm computed when optim.clip_norm > 0. */
 cf_status cf_model_update(cf_model *m, float lr, int step);
 
+/* acc[0] += the last forward's mean loss, on the device (no host round trip). */
+cf_status cf_model_add_loss(cf_model *m, cf_mem acc);
 /* Blocking reads of the last loss and gradient norm. */
 cf_status cf_model_loss(cf_model *m, float *loss);
 cf_status cf_model_read_grad_norm(cf_model *m, float *norm);

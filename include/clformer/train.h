@@ -1,0 +1,49 @@
+/* Training: the loop (forward, loss, backward, clip, optimizer, schedule), validation, progress,
+ * metrics.csv, checkpoints (safetensors) and resume. */
+#ifndef CLFORMER_TRAIN_H
+#define CLFORMER_TRAIN_H
+
+#include "clformer/data.h"
+#include "clformer/model.h"
+
+/* Everything besides the weights and moments that a resumed run needs. Data order and dropout
+ * masks are keyed by (seed, step), so the step is the whole generator state and data cursor. */
+typedef struct cf_train_state {
+  int step;              /* optimizer steps done */
+  double best_valid;     /* lowest validation loss so far (INFINITY if none) */
+  int best_step;
+  double wall_s;         /* training time so far, over all sessions */
+  int diverged_step;     /* 0, or the step whose loss or gradient was not finite */
+} cf_train_state;
+
+/* Write model weights (one tensor per view, named as in cf_tensor_view), Adam's moments (flat),
+ * the resolved config and the state, atomically; the previous file stays until the new one is
+ * complete. */
+cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_state *st, const char *path);
+/* Load into a model built from the same architecture; a truncated, corrupt or mismatched file is
+ * refused (CF_ERR_CHECKPOINT) with the reason. cfg_yaml (optional) receives a malloc'd copy of
+ * the config stored in the file. */
+cf_status cf_checkpoint_load(cf_model *m, const char *path, cf_train_state *st, char **cfg_yaml);
+
+typedef struct cf_train_options {
+  const char *resume_dir;   /* continue the run in this directory (its checkpoint) */
+  int quiet;                /* no progress lines (errors still print) */
+  const char *label;        /* prefix for progress lines, e.g. a comparison's variant */
+  double eta_extra_s;       /* seconds of other work after this run, for a combined ETA */
+} cf_train_options;
+
+typedef struct cf_train_result {
+  cf_train_state state;
+  double final_valid, final_train;
+  double tokens_per_s;
+  int interrupted;          /* stopped by SIGINT/SIGTERM after checkpointing */
+} cf_train_result;
+
+/* Run (or resume) training as the config says, into cfg->train.out. A diverged run is not an
+ * error: it returns CF_OK with state.diverged_step set and the last good checkpoint kept. */
+cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options *opts, cf_train_result *res);
+
+/* Mean validation loss over the config's fixed validation batches. */
+cf_status cf_evaluate(cf_model *m, const cf_data *d, const cf_config *cfg, double *loss);
+
+#endif
