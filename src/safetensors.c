@@ -147,7 +147,7 @@ static int parse_tensor(parser *ps, cf_st_entry *e, size_t data_len, size_t *beg
   if (e->ndim < 0 || noffs != 2) { ps->err = "tensor entry lacks shape or data_offsets"; return 0; }
   e->numel = 1;
   for (int d = 0; d < e->ndim; d++) e->numel *= (size_t)e->shape[d];
-  if (offs[1] < offs[0] || (size_t)offs[1] > data_len) { ps->err = "data_offsets outside the file"; return 0; }
+  if (offs[1] < offs[0] || (size_t)offs[1] > data_len) { ps->err = "tensor data past the end of the file (truncated?)"; return 0; }
   if ((size_t)(offs[1] - offs[0]) != 4 * e->numel) { ps->err = "shape does not match data_offsets"; return 0; }
   *begin = (size_t)offs[0];
   return 1;

@@ -174,13 +174,15 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
       if ((st = cf_model_read_grad_norm(m, &gnorm)) != CF_OK) break;
       if ((st = cf_write(ctx, cf_at(acc, 0), &zero, 1)) != CF_OK) break;
       train_loss = sum / (step - last_log_step);
-      if (!isfinite(train_loss) || !isfinite(gnorm)) {
+      /* Diverged: a non-finite loss or gradient, or a loss three times that of guessing uniformly
+       * (3 ln 256 = 16.6 nats), which no learning run comes back from in practice. */
+      if (!isfinite(train_loss) || !isfinite(gnorm) || train_loss > 3 * log((double)CF_BYTE_VOCAB)) {
         ts.diverged_step = step;
         fprintf(metrics, "%d,%.6g,%.6g,,%.6g,,%.3f\n", step, lr, train_loss, gnorm, wall0 + cf_now() - t_start);
         fflush(metrics);
         if (!opts.quiet)
-          printf("%s%sstep %d: the %s is not finite: the run diverged; the last good checkpoint (step %d) is kept\n",
-                 label, sep, step, isfinite(train_loss) ? "gradient norm" : "loss", ts.step);
+          printf("%s%sstep %d: loss %g, gradient norm %g (not finite, or above 3 ln 256): the run diverged; the last "
+                 "good checkpoint (step %d) is kept\n", label, sep, step, train_loss, gnorm, ts.step);
         break;
       }
       valid = NAN;
