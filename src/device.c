@@ -289,6 +289,8 @@ void cf_context_free(cf_context *ctx) {
     CF_RELEASE(clReleaseProgram, p->program);
   }
   free(ctx->programs);
+  cf_profile_collect(ctx, NULL, 0);
+  free(ctx->prof);
   if (ctx->queue) clFinish(ctx->queue);
   CF_RELEASE(clReleaseCommandQueue, ctx->queue);
   CF_RELEASE(clReleaseContext, ctx->cl);

@@ -335,11 +335,68 @@ cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const 
     if (global[d] == 0) return CF_OK;  /* nothing to do */
     g[d] = local ? cf_round_up(global[d], local[d]) : global[d];
   }
-  cl_int err = clEnqueueNDRangeKernel(L->ctx->queue, L->kernel, dims, NULL, g, local, 0, NULL, NULL);
+  cl_int err = clEnqueueNDRangeKernel(L->ctx->queue, L->kernel, dims, NULL, g, local, 0, NULL,
+                                      cf_profile_slot(L->ctx, L->name));
   if (err != CL_SUCCESS) {
     char call[160];
     snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", L->name);
     return cf_report(err, call, L->file, L->line, NULL);
   }
   return CF_OK;
+}
+
+/* ---------- profiling ---------- */
+
+void cf_profile_start(cf_context *ctx) {
+  cf_profile_collect(ctx, NULL, 0);  /* drop anything pending */
+  ctx->prof_on = ctx->profiling;
+}
+
+cl_event *cf_profile_slot(cf_context *ctx, const char *name) {
+  if (!ctx->prof_on) return NULL;
+  if (ctx->nprof == ctx->cap_prof) {
+    int cap = ctx->cap_prof ? 2 * ctx->cap_prof : 1024;
+    struct cf_prof_event *g = realloc(ctx->prof, (size_t)cap * sizeof *g);
+    if (!g) return NULL;
+    ctx->prof = g;
+    ctx->cap_prof = cap;
+  }
+  snprintf(ctx->prof[ctx->nprof].name, sizeof ctx->prof[0].name, "%s", name);
+  ctx->prof[ctx->nprof].ev = NULL;
+  return &ctx->prof[ctx->nprof++].ev;
+}
+
+static int by_ms(const void *a, const void *b) {
+  double x = ((const cf_profile_entry *)a)->ms, y = ((const cf_profile_entry *)b)->ms;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max) {
+  int n = 0;
+  if (ctx->nprof) clFinish(ctx->queue);
+  for (int i = 0; i < ctx->nprof; i++) {
+    cl_event ev = ctx->prof[i].ev;
+    if (!ev) continue;
+    cl_ulong t0 = 0, t1 = 0;
+    if (out && clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) == CL_SUCCESS &&
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) == CL_SUCCESS) {
+      int k = 0;
+      while (k < n && strcmp(out[k].name, ctx->prof[i].name)) k++;
+      if (k == n && n < max) {
+        snprintf(out[n].name, sizeof out[n].name, "%s", ctx->prof[i].name);
+        out[n].ms = 0;
+        out[n].calls = 0;
+        n++;
+      }
+      if (k < n) {
+        out[k].ms += (double)(t1 - t0) * 1e-6;
+        out[k].calls++;
+      }
+    }
+    clReleaseEvent(ev);
+  }
+  ctx->nprof = 0;
+  ctx->prof_on = 0;
+  if (out) qsort(out, (size_t)n, sizeof *out, by_ms);
+  return n;
 }

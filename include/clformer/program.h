@@ -74,6 +74,20 @@ void cf_arg_local(cf_launch *L, size_t bytes);
  * multiples of local, so kernels bounds-check. */
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local);
 
+/* Per-operation timing from OpenCL profiling events (the context must be created with
+ * profiling = 1). Between start and collect, every launch records an event; collect waits, sums
+ * the device time per kernel name (largest first) and returns the number of entries. */
+typedef struct cf_profile_entry {
+  char name[48];
+  double ms;
+  int calls;
+} cf_profile_entry;
+void cf_profile_start(cf_context *ctx);
+int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max);
+/* Where a caller that enqueues outside cf_launch_run (e.g. a BLAS) stores its event; NULL when
+ * not profiling. */
+cl_event *cf_profile_slot(cf_context *ctx, const char *name);
+
 /* Round n up to a multiple of m. */
 static inline size_t cf_round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
