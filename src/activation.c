@@ -1,5 +1,7 @@
-/* Activation, bias and fused bias + activation launchers (kernels in cl/activation.cl). */
+/* Activation, bias and fused bias + activation launchers (kernels in cl/activation.cl, one
+ * instance per activation: <kernel>_<cf_activation_name>). */
 #include <limits.h>
+#include <stdio.h>
 #include "clformer/elementwise.h"
 #include "internal.h"
 
@@ -26,46 +28,72 @@ static cf_status check_nc(int N, int C) {
   return CF_OK;
 }
 
-/* Local size of the (C, N) elementwise grids: 64 columns by wg/64 rows. */
+/* Elements per work-item (ACT_VW in the kernels): 16 on CPUs, 1 elsewhere. */
+static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+static size_t vec_width(const cf_context *ctx) { return is_cpu(ctx) ? 16 : 1; }
+
+/* Flat kernels: one item per vec_width elements. */
+static void grid1(cf_context *ctx, size_t n, size_t *global, size_t *local) {
+  *local = is_cpu(ctx) ? 8 : cf_context_wg(ctx);
+  *global = (n + vec_width(ctx) - 1) / vec_width(ctx);
+}
+
+/* The (C, N) grids: one item per vec_width columns of a row; 64 columns by wg/64 rows per group
+ * on GPUs, 8 rows of a column block on CPUs. */
 static void grid2(cf_context *ctx, int N, int C, size_t global[2], size_t local[2]) {
   size_t wg = cf_context_wg(ctx);
-  local[0] = wg < 64 ? wg : 64;
-  local[1] = wg / local[0];
-  global[0] = (size_t)C;
+  local[0] = is_cpu(ctx) ? 1 : wg < 64 ? wg : 64;
+  local[1] = is_cpu(ctx) ? 8 : wg / local[0];
+  global[0] = ((size_t)C + vec_width(ctx) - 1) / vec_width(ctx);
   global[1] = (size_t)N;
 }
 
-/* Column reductions: one group of wg items per min(wg, 32) columns (ACT_TX in the kernel). */
-static size_t column_groups(cf_context *ctx, int C) {
+/* Column reductions. CPU: one work-item per ACT_CPU_COLS (16) columns walking every row, in
+ * small groups. Elsewhere: one group of wg items per min(wg, 32) columns (ACT_TX). */
+static void column_grid(cf_context *ctx, int C, size_t *global, size_t *local) {
   size_t wg = cf_context_wg(ctx), tx = wg < 32 ? wg : 32;
-  return ((size_t)C + tx - 1) / tx * wg;
+  if (is_cpu(ctx)) {
+    *local = 1;
+    *global = ((size_t)C + 15) / 16;
+  } else {
+    *local = wg;
+    *global = ((size_t)C + tx - 1) / tx * wg;
+  }
+}
+
+/* "<base>_<activation>" */
+static const char *act_kernel(char *buf, size_t size, const char *base, cf_activation act) {
+  snprintf(buf, size, "%s_%s", base, cf_activation_name(act));
+  return buf;
 }
 
 cf_status cf_activation_forward(cf_context *ctx, cf_mem out, cf_mem inp, size_t n, cf_activation act) {
   CF_TRY(check_act(act));
   CF_TRY(check_n(n));
-  size_t local = cf_context_wg(ctx);
+  size_t global, local;
+  grid1(ctx, n, &global, &local);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "activation", "activation_forward");
+  char name[48];
+  cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "activation_forward", act));
   cf_arg_mem(&L, out);
   cf_arg_mem(&L, inp);
   cf_arg_int(&L, (int)n);
-  cf_arg_int(&L, (int)act);
-  return cf_launch_run(&L, 1, &n, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_activation_backward(cf_context *ctx, cf_mem dinp, cf_mem dout, cf_mem inp, size_t n, cf_activation act) {
   CF_TRY(check_act(act));
   CF_TRY(check_n(n));
-  size_t local = cf_context_wg(ctx);
+  size_t global, local;
+  grid1(ctx, n, &global, &local);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "activation", "activation_backward");
+  char name[48];
+  cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "activation_backward", act));
   cf_arg_mem(&L, dinp);
   cf_arg_mem(&L, dout);
   cf_arg_mem(&L, inp);
   cf_arg_int(&L, (int)n);
-  cf_arg_int(&L, (int)act);
-  return cf_launch_run(&L, 1, &n, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_bias_forward(cf_context *ctx, cf_mem x, cf_mem bias, int N, int C) {
@@ -84,7 +112,8 @@ cf_status cf_bias_forward(cf_context *ctx, cf_mem x, cf_mem bias, int N, int C) 
 cf_status cf_bias_backward(cf_context *ctx, cf_mem dbias, cf_mem dout, int N, int C) {
   CF_TRY(check_nc(N, C));
   if (N == 0) return CF_OK;
-  size_t global = column_groups(ctx, C), local = cf_context_wg(ctx);
+  size_t global, local;
+  column_grid(ctx, C, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "activation", "bias_backward");
   cf_arg_mem(&L, dbias);
@@ -100,13 +129,13 @@ cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out, cf_mem pre, cf_mem bi
   size_t global[2], local[2];
   grid2(ctx, N, C, global, local);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "activation", "bias_act_forward");
+  char name[48];
+  cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "bias_act_forward", act));
   cf_arg_mem(&L, out);
   cf_arg_mem(&L, pre);
   cf_arg_mem(&L, bias);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
-  cf_arg_int(&L, (int)act);
   return cf_launch_run(&L, 2, global, local);
 }
 
@@ -115,15 +144,16 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_me
   CF_TRY(check_act(act));
   CF_TRY(check_nc(N, C));
   if (N == 0) return CF_OK;
-  size_t global = column_groups(ctx, C), local = cf_context_wg(ctx);
+  size_t global, local;
+  column_grid(ctx, C, &global, &local);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "activation", "bias_act_backward");
+  char name[48];
+  cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "bias_act_backward", act));
   cf_arg_mem(&L, dpre);
   cf_arg_mem(&L, dbias);
   cf_arg_mem(&L, dout);
   cf_arg_mem(&L, pre);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
-  cf_arg_int(&L, (int)act);
   return cf_launch_run(&L, 1, &global, &local);
 }
