@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "clformer/selftest.h"
 #include "clformer/train.h"
 #include "internal.h"
 
@@ -45,6 +46,10 @@ int cmd_train(int argc, char **argv) {
   cf_context *ctx;
   cf_status st = cf_context_create(&o, &ctx);
   if (st != CF_OK) return cf_exit_code(st);
+  if ((st = cf_selftest_ensure(ctx)) != CF_OK) {
+    cf_context_free(ctx);
+    return 1;
+  }
   cf_train_options to = {.resume_dir = resume, .quiet = quiet};
   cf_train_result res;
   st = cf_train(ctx, &cfg, &to, &res);

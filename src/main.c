@@ -24,6 +24,7 @@ static const struct { const char *name; int (*run)(int, char **); } commands[] =
     {"check", cmd_check},
     {"train", cmd_train},
     {"sample", cmd_sample},
+    {"selftest", cmd_selftest},
 };
 
 int main(int argc, char **argv) {

@@ -3,6 +3,7 @@
 #ifndef CLFORMER_SELFTEST_H
 #define CLFORMER_SELFTEST_H
 
+#include <stdio.h>
 #include "clformer/program.h"
 
 typedef struct cf_selftest_row {
@@ -23,5 +24,14 @@ typedef struct cf_selftest {
  * (NaN or Inf never passes). Returns the row's pass flag. */
 int cf_selftest_check(cf_selftest *t, const char *op, const float *out, const double *ref, size_t n,
                       double atol, double rtol, double ms);
+
+/* Every family's self-test plus GEMM, in one table. CF_OK unless OpenCL itself failed. */
+cf_status cf_selftest_run(cf_context *ctx, cf_selftest *t);
+int cf_selftest_failures(const cf_selftest *t);
+void cf_selftest_print(const cf_selftest *t, FILE *f);
+
+/* Run the self-test once per device, driver and kernel sources (the verdict is cached beside the
+ * kernel binaries); CF_ERR_SELFTEST naming the failing ops when the device computes wrong. */
+cf_status cf_selftest_ensure(cf_context *ctx);
 
 #endif
