@@ -6,6 +6,128 @@
 // mean of squared deviations), never E[x^2] - E[x]^2. Weight gradients are summed over rows by a
 // separate column-reduction kernel, again in a fixed order: no atomics anywhere.
 
+// On CPUs (CF_DEVICE_IS_CPU) the same kernels take one row per work-item instead, walking it with
+// 16-float vectors (PoCL runs barriers in loops and per-row groups slowly), and the column
+// reduction gives each item 16 columns to walk down all rows in order. Same arguments, same
+// results up to the order of the sums (still fixed: deterministic).
+#if CF_DEVICE_IS_CPU
+
+inline float ln_hsum16(float16 v) {
+  float8 a = v.lo + v.hi;
+  float4 b = a.lo + a.hi;
+  float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+
+// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C). One row per work-item.
+__kernel void layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
+                                __global float *rstd, uint rstd_off, __global const float *inp, uint inp_off,
+                                __global const float *weight, uint weight_off, __global const float *bias,
+                                uint bias_off, int N, int C, float eps) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  __global const float *x = inp + inp_off + (size_t)row * C;
+  __global float *y = out + out_off + (size_t)row * C;
+  __global const float *w = weight + weight_off, *b = bias + bias_off;
+  int c16 = C / 16 * 16;
+
+  float16 s16 = (float16)(0.0f);
+  for (int c = 0; c < c16; c += 16) s16 += vload16(0, x + c);
+  float s = ln_hsum16(s16);
+  for (int c = c16; c < C; c++) s += x[c];
+  float m = s / (float)C;
+  float16 v16 = (float16)(0.0f);
+  for (int c = 0; c < c16; c += 16) {
+    float16 d = vload16(0, x + c) - m;
+    v16 += d * d;
+  }
+  float v = ln_hsum16(v16);
+  for (int c = c16; c < C; c++) v += (x[c] - m) * (x[c] - m);
+  float r = 1.0f / sqrt(v / (float)C + eps);
+  for (int c = 0; c < c16; c += 16)
+    vstore16((vload16(0, x + c) - m) * r * vload16(0, w + c) + vload16(0, b + c), 0, y + c);
+  for (int c = c16; c < C; c++) y[c] = (x[c] - m) * r * w[c] + b[c];
+  mean[mean_off + row] = m;
+  rstd[rstd_off + row] = r;
+}
+
+// dinp (N, C) = or += (accumulate) the input gradient; dout (N, C), inp (N, C), weight (C),
+// mean (N), rstd (N). With g = dout * weight and xhat = (x - mean) * rstd:
+//   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
+// One row per work-item, which reads dout[c] before it writes dinp[c]: dinp may alias dout.
+__kernel void layernorm_backward(__global float *dinp, uint dinp_off, __global const float *dout, uint dout_off,
+                                 __global const float *inp, uint inp_off, __global const float *weight,
+                                 uint weight_off, __global const float *mean, uint mean_off,
+                                 __global const float *rstd, uint rstd_off, int N, int C, int accumulate) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  size_t base = (size_t)row * C;
+  __global const float *x = inp + inp_off + base, *dy = dout + dout_off + base, *w = weight + weight_off;
+  __global float *dx = dinp + dinp_off + base;
+  float m = mean[mean_off + row], r = rstd[rstd_off + row];
+  int c16 = C / 16 * 16;
+
+  float16 a16 = (float16)(0.0f), b16 = (float16)(0.0f);
+  for (int c = 0; c < c16; c += 16) {
+    float16 g = vload16(0, dy + c) * vload16(0, w + c), xhat = (vload16(0, x + c) - m) * r;
+    a16 += g;
+    b16 += g * xhat;
+  }
+  float sg = ln_hsum16(a16), sgx = ln_hsum16(b16);
+  for (int c = c16; c < C; c++) {
+    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
+    sg += g;
+    sgx += g * xhat;
+  }
+  float mg = sg / (float)C, mgx = sgx / (float)C;
+  for (int c = 0; c < c16; c += 16) {
+    float16 g = vload16(0, dy + c) * vload16(0, w + c), xhat = (vload16(0, x + c) - m) * r;
+    float16 d = r * (g - mg - xhat * mgx);
+    vstore16(accumulate ? vload16(0, dx + c) + d : d, 0, dx + c);
+  }
+  for (int c = c16; c < C; c++) {
+    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
+    float d = r * (g - mg - xhat * mgx);
+    dx[c] = accumulate ? dx[c] + d : d;
+  }
+}
+
+// dweight[c] += sum_n dout[n,c] * xhat[n,c] and dbias[c] += sum_n dout[n,c]: one item per 16
+// columns (global size ceil(C / 16)), rows summed in order.
+__kernel void layernorm_backward_params(__global float *dweight, uint dweight_off, __global float *dbias,
+                                        uint dbias_off, __global const float *dout, uint dout_off,
+                                        __global const float *inp, uint inp_off, __global const float *mean,
+                                        uint mean_off, __global const float *rstd, uint rstd_off, int N, int C) {
+  int c0 = get_global_id(0) * 16;
+  if (c0 >= C) return;
+  __global const float *dy = dout + dout_off, *x = inp + inp_off;
+  __global float *dw = dweight + dweight_off, *db = dbias + dbias_off;
+  if (c0 + 16 <= C) {
+    float16 aw = (float16)(0.0f), ab = (float16)(0.0f);
+    for (int n = 0; n < N; n++) {
+      size_t i = (size_t)n * C + c0;
+      float16 g = vload16(0, dy + i);
+      aw += g * ((vload16(0, x + i) - mean[mean_off + n]) * rstd[rstd_off + n]);
+      ab += g;
+    }
+    vstore16(vload16(0, dw + c0) + aw, 0, dw + c0);
+    vstore16(vload16(0, db + c0) + ab, 0, db + c0);
+  } else {
+    for (int c = c0; c < C; c++) {
+      float aw = 0.0f, ab = 0.0f;
+      for (int n = 0; n < N; n++) {
+        size_t i = (size_t)n * C + c;
+        aw += dy[i] * ((x[i] - mean[mean_off + n]) * rstd[rstd_off + n]);
+        ab += dy[i];
+      }
+      dw[c] += aw;
+      db[c] += ab;
+    }
+  }
+}
+
+#else  // one work-group per row
+
 // Sum of v over the work-group (1-D, CF_WG items); every item gets the total. `red` holds CF_WG
 // values; the trailing barrier lets the caller reuse it at once.
 inline float ln_group_sum(float v, __local float *red) {
@@ -123,3 +245,5 @@ void layernorm_backward_params(__global float *dweight, uint dweight_off, __glob
     dbias[dbias_off + c] += red[lid].y;
   }
 }
+
+#endif

@@ -1,8 +1,19 @@
-/* LayerNorm launchers (kernels in cl/layernorm.cl). Forward: one work-group per row.
+/* LayerNorm launchers (kernels in cl/layernorm.cl). Forward: one work-group per row (on CPUs one
+ * work-item per row, in groups of LN_CPU_ROWS; the column reduction one item per 16 columns).
  * Backward: the column reduction for dweight/dbias runs first, then the row kernel, so that
  * dinp may overwrite dout. */
 #include "clformer/layernorm.h"
 #include "internal.h"
+
+#define LN_CPU_ROWS 4
+
+static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+
+/* The row kernels' grid: N groups of wg, or on CPUs N items in groups of LN_CPU_ROWS. */
+static void row_grid(const cf_context *ctx, int N, size_t *global, size_t *local) {
+  *local = is_cpu(ctx) ? LN_CPU_ROWS : cf_context_wg(ctx);
+  *global = is_cpu(ctx) ? (size_t)N : (size_t)N * *local;
+}
 
 static cf_status check_dims(int N, int C) {
   if (N < 0 || C < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: bad shape N=%d C=%d", N, C);
@@ -13,7 +24,9 @@ cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem 
                                cf_mem bias, int N, int C, float eps) {
   CF_TRY(check_dims(N, C));
   if (!(eps > 0.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: eps must be > 0, got %g", (double)eps);
-  size_t wg = cf_context_wg(ctx), global = (size_t)N * wg;
+  if (N == 0) return CF_OK;
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_forward");
   cf_arg_mem(&L, out);
@@ -25,7 +38,7 @@ cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem 
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   cf_arg_float(&L, eps);
-  return cf_launch_run(&L, 1, &global, &wg);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp,
@@ -36,7 +49,8 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   if (N == 0) return CF_OK;
   size_t wg = cf_context_wg(ctx);
   size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
-  size_t global = ((size_t)C + tx - 1) / tx * wg;
+  size_t global = ((size_t)C + tx - 1) / tx * wg, local = wg;
+  if (is_cpu(ctx)) global = ((size_t)C + 15) / 16, local = 1;
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
   cf_arg_mem(&L, dweight);
@@ -47,9 +61,9 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   cf_arg_mem(&L, rstd);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
-  CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+  CF_TRY(cf_launch_run(&L, 1, &global, &local));
 
-  global = (size_t)N * wg;
+  row_grid(ctx, N, &global, &local);
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward");
   cf_arg_mem(&L, dinp);
   cf_arg_mem(&L, dout);
@@ -60,5 +74,5 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   cf_arg_int(&L, accumulate);
-  return cf_launch_run(&L, 1, &global, &wg);
+  return cf_launch_run(&L, 1, &global, &local);
 }
