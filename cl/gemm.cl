@@ -33,16 +33,20 @@ __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B
       }
     }
   } else {  // B (N, K): column n of op(B) is row n of B
-    for (uint j = 0; j < GEMM_NR; j++) {
-      __global const float *col = b + (size_t)(n0 + j) * ldb + k0;
-      if (j < nn && kn == 16) {
-        float16 v = vload16(0, col);
-        float t[16];
-        vstore16(v, 0, t);
-        for (uint k = 0; k < 16; k++) p[k * GEMM_NR + j] = t[k];
-      } else {
-        for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = j < nn ? col[k] : 0.0f;
+    __global const float *col = b + (size_t)n0 * ldb + k0;
+    if (nn == GEMM_NR && kn == 16) {  // gather each row of the block from the 32 rows of B
+#define PACK_G(j) col[(j) * ldb + k]
+#define PACK_ROW(o)                                                                                       \
+  (float16)(PACK_G(o + 0), PACK_G(o + 1), PACK_G(o + 2), PACK_G(o + 3), PACK_G(o + 4), PACK_G(o + 5),    \
+            PACK_G(o + 6), PACK_G(o + 7), PACK_G(o + 8), PACK_G(o + 9), PACK_G(o + 10), PACK_G(o + 11), \
+            PACK_G(o + 12), PACK_G(o + 13), PACK_G(o + 14), PACK_G(o + 15))
+      for (uint k = 0; k < 16; k++) {
+        vstore16(PACK_ROW(0), 0, p + k * GEMM_NR);
+        vstore16(PACK_ROW(16), 1, p + k * GEMM_NR);
       }
+    } else {
+      for (uint k = 0; k < kn; k++)
+        for (uint j = 0; j < GEMM_NR; j++) p[k * GEMM_NR + j] = j < nn ? col[(size_t)j * ldb + k] : 0.0f;
     }
   }
 }
@@ -124,9 +128,10 @@ __kernel void gemm_at(GEMM_ARGS) {
     GEMM_KLOOP
 #undef GEMM_A
   } else {
-#define GEMM_COL(i) uint o##i = min((uint)i, M - 1 - m0);
+    // columns past M read column M-1 (their results are not stored)
+#define GEMM_COL(i) __global const float *a##i = ak + min((uint)i, M - 1 - m0);
     GEMM_REP(GEMM_COL)
-#define GEMM_A(i) ak[(size_t)k * lda + o##i]
+#define GEMM_A(i) a##i[(size_t)k * lda]
     GEMM_KLOOP
 #undef GEMM_A
   }
