@@ -8,6 +8,9 @@ int cmd_check(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_gradnorm(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 struct cf_config;
 /* Defaults, then the file (if any), then the --set overrides, then validation: 0, or 2 with

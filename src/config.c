@@ -3,12 +3,14 @@
  * README's key reference. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 #include "clformer/config.h"
+#include "config_yaml.h"
 #include "internal.h"
 
 typedef enum { K_INT, K_U64, K_DOUBLE, K_BOOL, K_STRING, K_ENUM, K_PAIR } key_kind;
@@ -277,6 +279,14 @@ static cf_status walk(cf_config *c, yaml_document_t *doc, yaml_node_t *node, con
   return CF_OK;
 }
 
+cf_status cf_config_apply_node(cf_config *c, yaml_document_t *doc, yaml_node_t *mapping, const char *origin) {
+  if (mapping->type != YAML_MAPPING_NODE)
+    return CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: expected a mapping of config keys", origin, mapping->start_mark.line + 1,
+                   mapping->start_mark.column + 1);
+  if (!c->source[0]) snprintf(c->source, sizeof c->source, "%s", origin);
+  return walk(c, doc, mapping, "", origin);
+}
+
 cf_status cf_config_load_string(cf_config *c, const char *text, const char *origin) {
   yaml_parser_t parser;
   yaml_document_t doc;
@@ -309,17 +319,21 @@ cf_status cf_config_load(cf_config *c, const char *path) {
   free(text);
   snprintf(c->source, sizeof c->source, "%s", path);
   if (st != CF_OK) return st;
-  /* relative data paths are relative to the config file */
+  return cf_config_resolve_paths(c, path);
+}
+
+cf_status cf_config_resolve_paths(cf_config *c, const char *path) {
   const char *slash = strrchr(path, '/');
-  if (slash) {
-    char *fields[] = {c->data.train, c->data.valid};
-    for (int i = 0; i < 2; i++) {
-      if (!fields[i][0] || fields[i][0] == '/') continue;
-      char joined[2200];
-      snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - path), path, fields[i]);
-      if (strlen(joined) >= sizeof c->data.train) return CF_FAIL(CF_ERR_CONFIG, "%s: data path too long", path);
-      strcpy(fields[i], joined);
-    }
+  char *fields[] = {c->data.train, c->data.valid};
+  for (int i = 0; i < 2; i++) {
+    if (!fields[i][0]) continue;
+    char joined[2200], real[PATH_MAX];
+    if (fields[i][0] == '/' || !slash) snprintf(joined, sizeof joined, "%s", fields[i]);
+    else snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - path), path, fields[i]);
+    /* absolute, so a run's saved config.yaml still finds its data from anywhere */
+    const char *use = realpath(joined, real) ? real : joined;
+    if (strlen(use) >= sizeof c->data.train) return CF_FAIL(CF_ERR_CONFIG, "%s: data path too long", path);
+    strcpy(fields[i], use);
   }
   return CF_OK;
 }

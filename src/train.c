@@ -200,7 +200,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
       double per_step = (now - t_start) / (step - (int)(ts.step));
       char el[32], eta[32], vbuf[32] = "";
       format_duration(el, sizeof el, elapsed);
-      format_duration(eta, sizeof eta, per_step * (steps - step) + opts.eta_extra_s);
+      format_duration(eta, sizeof eta, per_step * (double)(steps - step + opts.eta_extra_steps));
       if (do_eval) snprintf(vbuf, sizeof vbuf, " | valid %.4f", valid);
       fprintf(metrics, "%d,%.6g,%.6g,", step, lr, train_loss);
       if (do_eval) fprintf(metrics, "%.6g", valid);

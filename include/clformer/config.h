@@ -56,6 +56,9 @@ cf_status cf_config_load(cf_config *c, const char *path);
 /* Same from a string (`origin` names it in messages). */
 cf_status cf_config_load_string(cf_config *c, const char *yaml, const char *origin);
 
+/* Make relative data paths relative to the directory of the file at `path`. */
+cf_status cf_config_resolve_paths(cf_config *c, const char *path);
+
 /* Apply one "section.key=value" override (as from --set), with the same checks. */
 cf_status cf_config_set(cf_config *c, const char *assignment);
 /* Set a dotted key from a string value; `where` names the origin in messages. */

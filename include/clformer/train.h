@@ -29,7 +29,7 @@ typedef struct cf_train_options {
   const char *resume_dir;   /* continue the run in this directory (its checkpoint) */
   int quiet;                /* no progress lines (errors still print) */
   const char *label;        /* prefix for progress lines, e.g. a comparison's variant */
-  double eta_extra_s;       /* seconds of other work after this run, for a combined ETA */
+  long eta_extra_steps;     /* steps of other runs after this one (a comparison), for a combined ETA */
 } cf_train_options;
 
 typedef struct cf_train_result {
