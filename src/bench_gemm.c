@@ -1,0 +1,361 @@
+/* `bench gemm`: every GEMM shape the config's model issues, through CLBlast and through our own
+ * kernels (and OpenBLAS's cblas_sgemm on the host when asked and present), plus the device's
+ * fp32 FMA peak from a register-only kernel.
+ *
+ * Shapes, with N = batch_size * seq_len tokens, C = d_model, F = d_ff, V = 256, T = seq_len,
+ * HS = C / heads, BNH = batch_size * heads: each linear layer x (N, in) -> y (N, out) with
+ * W (out, in) issues forward y = x W^T (NT: N, out, in), dW += dy^T x (TN: out, in, N; beta 1)
+ * and dx = dy W (NN: N, in, out), for qkv (3C, C), proj (C, C), fc1 (F, C), fc2 (C, F) and
+ * logits (V, C). Attention issues BNH-batched q k^T (NT: T, T, HS) and att v (NN: T, HS, T);
+ * its backward dv = att^T dy (TN: T, HS, T), datt = dy v^T (NT: T, T, HS), dq = datt k
+ * (NN: T, HS, T) and dk = datt^T q (TN: T, HS, T).
+ *
+ * Timing: one sample is the wall-clock time of a run of calls (as many as make ~2 ms, the same
+ * count for every implementation) between clFinish, divided by the count; samples of the
+ * implementations are interleaved (order rotating), so the machine's drift hits all alike; we
+ * report the median and the extremes of `BENCH_GEMM_REPEAT` samples after warm-up.
+ *
+ * OpenBLAS is loaded at run time (dlopen "libopenblas.so.0"), so no build dependency exists.
+ * OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the environment while it loads (it
+ * reads them then; they are put back after), so it picks its kernels for the real CPU. Its
+ * idle threads spin for 2^28 cycles after each call by default, which would steal the cores from
+ * the device runs that follow; the spin is cut to 2^20 cycles (a quarter millisecond, still
+ * longer than the gap between the calls of one sample) through OPENBLAS_THREAD_TIMEOUT, unless
+ * the caller set it. Batched shapes call cblas_sgemm once per matrix.
+ *
+ * JSON (the value of the caller's "gemm" key): {"device", "peak_gflops", "openblas": {"core",
+ * "threads"} or null, "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
+ * "clblast"|"own"|"openblas": {"median", "min", "max"} (GFLOP/s; openblas null when absent),
+ * "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
+ * "own_vs_clblast", "own_vs_openblas"}} (medians over the shapes). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "clformer/clformer.h"
+#include "clformer/bench.h"
+#include "internal.h"
+
+#define BENCH_GEMM_REPEAT 11
+#define BENCH_GEMM_MAX_SHAPES 32
+
+typedef struct gemm_shape {
+  char name[24];
+  int ta, tb;
+  size_t M, N, K, batch;
+  float beta;
+} gemm_shape;
+
+enum { IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS, NIMPL };
+static const char *const impl_names[NIMPL] = {"clblast", "own", "openblas"};
+
+/* ---------- OpenBLAS through dlopen ---------- */
+
+typedef void (*cblas_sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                               const float *B, int ldb, float beta, float *C, int ldc);
+typedef struct blas {
+  void *lib;
+  cblas_sgemm_fn sgemm;
+  char core[64];
+  int threads;
+} blas;
+
+static void restore_env(const char *name, const char *saved) {
+  if (saved) setenv(name, saved, 1);
+  else unsetenv(name);
+}
+
+static int blas_open(blas *b) {
+  memset(b, 0, sizeof *b);
+  const char *names[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_THREAD_TIMEOUT"};
+  char *saved[3];
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(names[i]);
+    saved[i] = v ? strdup(v) : NULL;
+  }
+  unsetenv(names[0]);
+  unsetenv(names[1]);
+  if (!saved[2]) setenv(names[2], "20", 1);
+  b->lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  for (int i = 0; i < 3; i++) {
+    restore_env(names[i], saved[i]);
+    free(saved[i]);
+  }
+  if (!b->lib) return 0;
+  b->sgemm = (cblas_sgemm_fn)(size_t)dlsym(b->lib, "cblas_sgemm");
+  char *(*corename)(void) = (char *(*)(void))(size_t)dlsym(b->lib, "openblas_get_corename");
+  int (*nthreads)(void) = (int (*)(void))(size_t)dlsym(b->lib, "openblas_get_num_threads");
+  if (!b->sgemm) {
+    dlclose(b->lib);
+    b->lib = NULL;
+    return 0;
+  }
+  snprintf(b->core, sizeof b->core, "%s", corename ? corename() : "unknown");
+  b->threads = nthreads ? nthreads() : 0;
+  return 1;
+}
+
+/* ---------- one shape's operands ---------- */
+
+typedef struct operands {
+  size_t na, nb, nc;        /* floats per batch of each */
+  size_t lda, ldb, ldc;
+  cl_mem A, B, C;
+  float *hA, *hB, *hC;
+} operands;
+
+static void operands_free(operands *o) {
+  cf_buffer_free(o->A);
+  cf_buffer_free(o->B);
+  cf_buffer_free(o->C);
+  free(o->hA);
+  free(o->hB);
+  free(o->hC);
+  memset(o, 0, sizeof *o);
+}
+
+static cf_status operands_make(cf_context *ctx, const gemm_shape *s, operands *o) {
+  memset(o, 0, sizeof *o);
+  o->lda = s->ta ? s->M : s->K;
+  o->ldb = s->tb ? s->K : s->N;
+  o->ldc = s->N;
+  o->na = s->M * s->K;
+  o->nb = s->K * s->N;
+  o->nc = s->M * s->N;
+  size_t n[3] = {o->na * s->batch, o->nb * s->batch, o->nc * s->batch};
+  float **h[3] = {&o->hA, &o->hB, &o->hC};
+  cl_mem *d[3] = {&o->A, &o->B, &o->C};
+  unsigned long long x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 3; i++) {
+    *h[i] = malloc(n[i] * sizeof(float));
+    if (!*h[i]) { operands_free(o); return CF_FAIL(CF_ERR_NO_MEMORY, "out of host memory"); }
+    for (size_t j = 0; j < n[i]; j++) {  /* small values: dW accumulates over every call */
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      (*h[i])[j] = (float)((double)(x >> 40) / (double)(1ULL << 24) - 0.5) * 0.01f;
+    }
+    cf_status st = cf_buffer_create(ctx, n[i] * sizeof(float), d[i]);
+    if (st == CF_OK) st = cf_write(ctx, cf_at(*d[i], 0), *h[i], n[i]);
+    if (st != CF_OK) { operands_free(o); return st; }
+  }
+  return CF_OK;
+}
+
+static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl) {
+  if (impl == IMPL_BLAS) {
+    for (size_t i = 0; i < s->batch; i++)
+      bl->sgemm(101 /* CblasRowMajor */, s->ta ? 112 : 111, s->tb ? 112 : 111, (int)s->M, (int)s->N, (int)s->K, 1.0f,
+                o->hA + i * o->na, (int)o->lda, o->hB + i * o->nb, (int)o->ldb, s->beta, o->hC + i * o->nc,
+                (int)o->ldc);
+    return CF_OK;
+  }
+  cf_gemm_impl use = impl == IMPL_OWN ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+  return cf_gemm_batched_with(ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
+                              cf_at(o->B, 0), o->ldb, o->nb, s->beta, cf_at(o->C, 0), o->ldc, o->nc, s->batch);
+}
+
+/* Seconds per call over a run of `calls` calls. */
+static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl, int calls,
+                        double *sec) {
+  CF_TRY(cf_context_finish(ctx));
+  double t0 = cf_now();
+  for (int i = 0; i < calls; i++) CF_TRY(run_once(ctx, impl, s, o, bl));
+  CF_TRY(cf_context_finish(ctx));
+  *sec = (cf_now() - t0) / calls;
+  return CF_OK;
+}
+
+static double median_of(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------- the device's FMA peak ---------- */
+
+static cf_status fma_peak(cf_context *ctx, double *gflops) {
+  const cf_device_info *d = cf_context_device(ctx);
+  size_t items = (size_t)(d->compute_units ? d->compute_units : 1) * 8, local = 1;
+  unsigned iters = 1u << 14;
+  cl_mem out;
+  CF_TRY(cf_buffer_create(ctx, items * sizeof(float), &out));
+  cf_status st = CF_OK;
+  double v[7];
+  int nv = 0;
+  for (int r = 0; r < 9 && st == CF_OK; r++) {
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_fma_peak");
+    cf_arg_mem(&L, cf_at(out, 0));
+    cf_arg_uint(&L, iters);
+    cf_arg_float(&L, 0.999f);
+    double t0 = cf_now();
+    st = cf_launch_run(&L, 1, &items, &local);
+    if (st == CF_OK) st = cf_context_finish(ctx);
+    double t = cf_now() - t0;
+    if (st != CF_OK) break;
+    if (r < 2) {  /* warm-up, then size a run to ~50 ms */
+      while (t < 0.05 && iters < (1u << 30)) { iters *= 2; t *= 2; }
+      continue;
+    }
+    double g = (double)items * iters * 16 * 16 * 2 / t * 1e-9;
+    v[nv++] = g;
+  }
+  cf_buffer_free(out);
+  *gflops = nv ? median_of(v, nv) : 0;
+  return st;
+}
+
+/* ---------- the shapes ---------- */
+
+static int model_shapes(const cf_config *cfg, gemm_shape *sh) {
+  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
+  size_t F = (size_t)cfg->model.d_ff, V = 256, T = (size_t)cfg->data.seq_len;
+  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH, BNH = (size_t)cfg->data.batch_size * NH;
+  struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
+                                                         {"fc2", C, F}, {"logits", V, C}};
+  int n = 0;
+  for (int i = 0; i < 5; i++) {
+    gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f};
+    gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f};
+    gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f};
+    snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
+    snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
+    snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
+    sh[n++] = f;
+    sh[n++] = dw;
+    sh[n++] = dx;
+  }
+  gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f},  {"att p.v", 0, 0, T, HS, T, BNH, 0.0f},
+                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f}, {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f},
+                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f},  {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f}};
+  for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
+  return n;
+}
+
+static void json_stats(FILE *f, const char *key, const double *v, int ok) {
+  if (ok) fprintf(f, ", \"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", key, v[0], v[1], v[2]);
+  else fprintf(f, ", \"%s\": null", key);
+}
+
+static void json_num(FILE *f, const char *key, double v) {
+  if (isfinite(v)) fprintf(f, "\"%s\": %.4f", key, v);
+  else fprintf(f, "\"%s\": null", key);
+}
+
+cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE *json) {
+  FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
+  const cf_device_info *d = cf_context_device(ctx);
+  gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
+  int nsh = model_shapes(cfg, sh);
+  blas bl = {0};
+  int have_blas = vs_blas && blas_open(&bl);
+
+  double peak = 0;
+  CF_TRY(fma_peak(ctx, &peak));
+  fprintf(out, "device: %s (%s)\nfp32 FMA peak (register-only float16 kernel): %.1f GFLOP/s\n", d->name,
+          d->platform_name, peak);
+  if (vs_blas && !have_blas) fprintf(out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
+  if (have_blas) fprintf(out, "OpenBLAS: core %s, %d threads (on the host)\n", bl.core, bl.threads);
+  fprintf(out, "timing: wall-clock around runs of calls between clFinish; GFLOP/s median [min-max] of %d samples\n\n",
+          BENCH_GEMM_REPEAT);
+  fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat", "clblast GFLOP/s",
+          "own GFLOP/s", "own/clb");
+  if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
+  fprintf(out, "\n");
+  if (json) {
+    fprintf(json, "{\n    \"device\": \"");
+    for (const char *c = d->name; *c; c++)
+      if (*c == '"' || *c == '\\') fprintf(json, "\\%c", *c);
+      else if ((unsigned char)*c >= 0x20) fputc(*c, json);
+    fprintf(json, "\",\n    ");
+    json_num(json, "peak_gflops", peak);
+    if (have_blas) fprintf(json, ",\n    \"openblas\": {\"core\": \"%s\", \"threads\": %d}", bl.core, bl.threads);
+    else fprintf(json, ",\n    \"openblas\": null");
+    fprintf(json, ",\n    \"repeat\": %d,\n    \"shapes\": [", BENCH_GEMM_REPEAT);
+  }
+
+  double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
+  cf_status st = CF_OK;
+  for (int si = 0; si < nsh && st == CF_OK; si++) {
+    const gemm_shape *s = &sh[si];
+    operands o;
+    st = operands_make(ctx, s, &o);
+    if (st != CF_OK) break;
+    double flops = 2.0 * s->M * s->N * s->K * s->batch;
+    int nimpl = have_blas ? 3 : 2, calls = 1;
+    /* warm-up (builds kernels, touches memory), then size a sample to ~2 ms of the slowest */
+    double slow = 0;
+    for (int impl = 0; impl < nimpl && st == CF_OK; impl++) {
+      double t = 0;
+      st = sample(ctx, impl, s, &o, &bl, 1, &t);
+      if (st == CF_OK) st = sample(ctx, impl, s, &o, &bl, 2, &t);
+      if (t > slow) slow = t;
+    }
+    if (st != CF_OK) { operands_free(&o); break; }
+    calls = slow >= 2e-3 ? 1 : (int)ceil(2e-3 / (slow > 1e-7 ? slow : 1e-7));
+    if (calls > 200) calls = 200;
+    double v[NIMPL][BENCH_GEMM_REPEAT];
+    for (int r = 0; r < BENCH_GEMM_REPEAT && st == CF_OK; r++)
+      for (int j = 0; j < nimpl && st == CF_OK; j++) {
+        int impl = (j + r) % nimpl;
+        double t = 0;
+        st = sample(ctx, impl, s, &o, &bl, calls, &t);
+        v[impl][r] = flops / t * 1e-9;
+      }
+    operands_free(&o);
+    if (st != CF_OK) break;
+    double stats[NIMPL][3];
+    for (int impl = 0; impl < nimpl; impl++) {
+      stats[impl][0] = med[impl][si] = median_of(v[impl], BENCH_GEMM_REPEAT);
+      stats[impl][1] = v[impl][0];
+      stats[impl][2] = v[impl][BENCH_GEMM_REPEAT - 1];
+    }
+    ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
+    ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
+    char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
+    fprintf(out, "%-14s %-2s %5zu %5zu %5zu %4zu", s->name, op, s->M, s->N, s->K, s->batch);
+    for (int impl = 0; impl < nimpl; impl++) {
+      char cell[64];
+      snprintf(cell, sizeof cell, "%.1f [%.1f-%.1f]", stats[impl][0], stats[impl][1], stats[impl][2]);
+      fprintf(out, "  %-22s", cell);
+      if (impl == IMPL_OWN) fprintf(out, " %6.2fx", ratio_clb[si]);
+    }
+    if (have_blas) fprintf(out, " %6.2fx", ratio_blas[si]);
+    fprintf(out, "\n");
+    fflush(out);
+    if (json) {
+      fprintf(json, "%s\n      {\"name\": \"%s\", \"op\": \"%s\", \"M\": %zu, \"N\": %zu, \"K\": %zu, \"batch\": %zu, "
+              "\"flops\": %.0f", si ? "," : "", s->name, op, s->M, s->N, s->K, s->batch, flops);
+      for (int impl = 0; impl < NIMPL; impl++) json_stats(json, impl_names[impl], stats[impl], impl < nimpl);
+      fprintf(json, ", ");
+      json_num(json, "own_vs_clblast", ratio_clb[si]);
+      fprintf(json, ", ");
+      json_num(json, "own_vs_openblas", ratio_blas[si]);
+      fprintf(json, "}");
+    }
+  }
+  if (st == CF_OK) {
+    double m[NIMPL], mr_clb = median_of(ratio_clb, nsh), mr_blas = have_blas ? median_of(ratio_blas, nsh) : NAN;
+    for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? median_of(med[impl], nsh) : NAN;
+    fprintf(out, "\nmedian over %d shapes: clblast %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/clblast %.2fx", nsh,
+            m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak, mr_clb);
+    if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, own/openblas %.2fx", m[IMPL_BLAS], mr_blas);
+    fprintf(out, "\n");
+    if (json) {
+      fprintf(json, "\n    ],\n    \"median\": {");
+      for (int impl = 0; impl < NIMPL; impl++) {
+        json_num(json, impl_names[impl], m[impl]);
+        fprintf(json, ", ");
+      }
+      json_num(json, "own_vs_clblast", mr_clb);
+      fprintf(json, ", ");
+      json_num(json, "own_vs_openblas", mr_blas);
+      fprintf(json, "}\n  }");
+    }
+  }
+  /* OpenBLAS stays loaded: unloading a library with live worker threads is not worth the risk */
+  return st;
+}
