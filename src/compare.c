@@ -394,7 +394,14 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   lo = fmax(0, lo - 0.1);
   svg_panel top = {80, 40, W - 110, 420, log_steps ? 1 : 0, maxstep, lo, hi, log_steps, 0,
                    "Validation loss (solid) and training loss (light) per variant", log_steps ? "step (log scale)" : "step",
-                   "loss (nats per byte)"};
+                   "loss (nats per byte)", 0};
+  size_t longest = 0;
+  for (int i = 0; i < s->nv; i++) {
+    char d[160];
+    describe(&s->v[i], d, sizeof d);
+    if (strlen(s->v[i].name) + strlen(d) + 3 > longest) longest = strlen(s->v[i].name) + strlen(d) + 3;
+  }
+  top.legend_w = 6.3 * (double)longest + 44;
   svg_axes(f, &top);
   double ex[2] = {top.xmin, top.xmax}, ey[2] = {entropy, entropy};
   svg_line(f, &top, ex, ey, 2, "#888888", 1, 1, "4,4");
@@ -421,7 +428,7 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   double lrmax = 0;
   for (int i = 0; i < s->nv; i++) lrmax = fmax(lrmax, s->v[i].cfg.optim.lr);
   svg_panel bot = {80, 540, W - 110, 170, log_steps ? 1 : 0, maxstep, 0, lrmax * 1.1, log_steps, 0, "Learning-rate schedule",
-                   "step", "learning rate"};
+                   "step", "learning rate", 0};
   svg_axes(f, &bot);
   int np = 400;
   double *xs = malloc((size_t)np * sizeof *xs), *ys = malloc((size_t)np * sizeof *ys);

@@ -333,7 +333,7 @@ int cmd_gradnorm(int argc, char **argv) {
     char title[96];
     snprintf(title, sizeof title, "%d layers: gradient norm of W2", s.depths[di]);
     svg_panel pn = {90.0 + (di % cols) * (PW + 110), 40.0 + (di / cols) * (PH + 90), PW, PH, 0.5, s.depths[di] + 0.5,
-                    ylo / 1.5, yhi * 1.5, 0, 1, NULL, "layer", "||dL/dW2||"};
+                    ylo / 1.5, yhi * 1.5, 0, 1, NULL, "layer", "||dL/dW2||", 110};
     pn.title = title;
     svg_axes(f, &pn);
     for (int ni = 0; ni < s.nnorms; ni++) {

@@ -52,7 +52,7 @@ static double nice_step(double span) {
 }
 
 static void fmt(char *buf, size_t n, double v) {
-  if (v != 0 && (fabs(v) >= 1e5 || fabs(v) < 1e-3)) snprintf(buf, n, "%.0e", v);
+  if (v != 0 && (fabs(v) >= 1e5 || fabs(v) < 1e-4)) snprintf(buf, n, "%.0e", v);
   else snprintf(buf, n, "%g", v);
 }
 
@@ -140,7 +140,7 @@ void svg_errorbars(FILE *f, const svg_panel *p, const double *xs, const double *
 }
 
 void svg_legend(FILE *f, const svg_panel *p, int row, const char *color, const char *dash, const char *text) {
-  double x = p->x + p->w - 250, y = p->y + 16 + 16 * row;
+  double x = p->x + p->w - (p->legend_w > 0 ? p->legend_w : 40 * 6.3 + 40), y = p->y + 16 + 16 * row;
   fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"%s%s%s/>\n", x,
           y - 4, x + 24, y - 4, color, dash && *dash ? " stroke-dasharray=\"" : "", dash && *dash ? dash : "",
           dash && *dash ? "\"" : "");

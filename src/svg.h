@@ -10,6 +10,7 @@ typedef struct svg_panel {
   double xmin, xmax, ymin, ymax;
   int xlog, ylog;
   const char *title, *xlabel, *ylabel;
+  double legend_w;              /* width of the legend box; 0: fitted to 40 characters */
 } svg_panel;
 
 FILE *svg_begin(const char *path, int width, int height);

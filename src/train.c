@@ -150,7 +150,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   sigaction(SIGTERM, &sa, &old_term);
   int tty = isatty(STDOUT_FILENO) && !opts.quiet;
   double t_start = cf_now(), t_last = t_start, wall0 = ts.wall_s;
-  int last_log_step = ts.step, steps = cfg->train.steps;
+  int last_log_step = ts.step, start_step = ts.step, steps = cfg->train.steps;
   float zero = 0;
   if ((st = cf_write(ctx, cf_at(acc, 0), &zero, 1)) != CF_OK) goto restore;
   double valid = NAN, train_loss = NAN;
@@ -197,7 +197,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
       }
       double now = cf_now(), elapsed = wall0 + now - t_start;
       double tps = (double)(step - last_log_step) * N / (now - t_last);
-      double per_step = (now - t_start) / (step - (int)(ts.step));
+      double per_step = (now - t_start) / (step - start_step);
       char el[32], eta[32], vbuf[32] = "";
       format_duration(el, sizeof el, elapsed);
       format_duration(eta, sizeof eta, per_step * (double)(steps - step + opts.eta_extra_steps));
