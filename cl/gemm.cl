@@ -6,7 +6,9 @@
 // op(B) is read as 32-column panels: panel p holds columns 32p..32p+31 for every k, row k at
 // b_ld floats after row k-1, panel p at b_panel floats after panel p-1. gemm_pack_b writes
 // zero-padded panels (b_ld 32, b_panel 32*K) from any B; a non-transposed B whose N is a
-// multiple of 32 is read in place (b_ld ldb, b_panel 32).
+// multiple of 32 is read in place (b_ld ldb, b_panel 32). A transposed A is packed too, by
+// gemm_pack_at, into K x 12 panels: read in place it costs a cache line (often a page) per k for
+// 12 values, once for every column panel of C.
 
 #define GEMM_MR 12
 #define GEMM_NR 32
@@ -47,6 +49,26 @@ __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B
     } else {
       for (uint k = 0; k < kn; k++)
         for (uint j = 0; j < GEMM_NR; j++) p[k * GEMM_NR + j] = j < nn ? col[(size_t)j * ldb + k] : 0.0f;
+    }
+  }
+}
+
+// P (batch, ceil(M/12), K, 12) = op(A) = A^T as 12-row panels, A (batch, K, M); rows past M are zero.
+// global: (ceil(K/256), ceil(M/12), batch)
+__kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *A, uint a_off, uint K, uint M,
+                           uint lda, uint stride_a, uint stride_p) {
+  uint k0 = 256 * get_global_id(0), tm = get_global_id(1), bi = get_global_id(2);
+  uint m0 = GEMM_MR * tm;
+  if (k0 >= K || m0 >= M) return;
+  uint kn = min(256u, K - k0), mn = min((uint)GEMM_MR, M - m0);
+  __global const float *a = A + a_off + (size_t)bi * stride_a + (size_t)k0 * lda + m0;
+  __global float *p = P + p_off + (size_t)bi * stride_p + (size_t)tm * K * GEMM_MR + (size_t)k0 * GEMM_MR;
+  for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
+    if (mn == GEMM_MR) {
+      vstore8(vload8(0, a), 0, p);
+      vstore4(vload4(0, a + 8), 0, p + 8);
+    } else {
+      for (uint i = 0; i < GEMM_MR; i++) p[i] = i < mn ? a[i] : 0.0f;
     }
   }
 }
@@ -119,22 +141,15 @@ __kernel void gemm_an(GEMM_ARGS) {
   GEMM_REP(GEMM_STORE)
 }
 
-// C (batch, M, N) with op(A) = A^T, A (batch, K, M). global: (tiles, batch), local (1, 1)
+// C (batch, M, N) with op(A) = A^T, A packed by gemm_pack_at (lda unused): row tile m0 / 12 is the
+// K x 12 panel at m0 * K, zero-padded, so one branch-free loop serves every tile (two loops, full
+// and clamped, made PoCL's register allocator spill accumulators). global: (tiles, batch), local (1, 1)
 __kernel void gemm_at(GEMM_ARGS) {
   GEMM_PROLOGUE
-  __global const float *ak = a + m0;
-  if (m0 + GEMM_MR <= M) {
-#define GEMM_A(i) ak[(size_t)k * lda + i]
-    GEMM_KLOOP
+  __global const float *ak = a + (size_t)m0 * K;
+#define GEMM_A(i) ak[k * GEMM_MR + i]
+  GEMM_KLOOP
 #undef GEMM_A
-  } else {
-    // columns past M read column M-1 (their results are not stored)
-#define GEMM_COL(i) __global const float *a##i = ak + min((uint)i, M - 1 - m0);
-    GEMM_REP(GEMM_COL)
-#define GEMM_A(i) a##i[(size_t)k * lda]
-    GEMM_KLOOP
-#undef GEMM_A
-  }
   GEMM_REP(GEMM_STORE)
 }
 

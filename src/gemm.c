@@ -53,12 +53,13 @@ static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t 
 
 /* ---------- the packing scratch ---------- */
 
-/* The context struct is not ours to extend, so the scratch for packed op(B) panels lives in a
- * small table keyed by command queue. The entry retains its queue, so the key cannot be reused by
- * another queue while the entry exists; kernels on an in-order queue run one after another, so
- * every product on that queue can share one buffer. Allocating per call instead costs a fresh
- * mapping and its page faults on every product (about a millisecond for a 4 MiB panel set on
- * PoCL, as long as a whole forward GEMM of the default model). */
+/* The context struct is not ours to extend, so the scratch for packed panels of op(B) and op(A)
+ * (when A is transposed) lives in a small table keyed by command queue. The entry retains its
+ * queue, so the key cannot be reused by another queue while the entry exists; kernels on an
+ * in-order queue run one after another, so every product on that queue can share one buffer.
+ * Allocating per call instead costs a fresh mapping and its page faults on every product (about a
+ * millisecond for a 4 MiB panel set on PoCL, as long as a whole forward GEMM of the default
+ * model). */
 #define SCRATCH_SLOTS 4
 static struct scratch_slot {
   cl_command_queue queue;
@@ -128,34 +129,38 @@ done:
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
-/* Whether our kernels can index this product (32-bit sizes, strides and offsets). */
-static int own_fits(int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a, cf_mem B,
-                    size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
-  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  int direct = (!trans_b && N % OWN_NR == 0) || K == 0;
-  size_t packed = panels * OWN_NR * (K ? K : 1);
-  return fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
-         fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off) &&
-         tiles <= UINT32_MAX / panels && (direct || (packed <= UINT32_MAX && packed <= SIZE_MAX / 4 / batch));
+/* Whether our kernels can index this product (32-bit sizes, strides, offsets, packed panels). */
+static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a,
+                    cf_mem B, size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (!(fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
+        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off)))
+    return 0;
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
+  if (tiles > UINT32_MAX / panels) return 0;
+  /* packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start */
+  double per_b = (trans_b || N % OWN_NR) ? (double)panels * OWN_NR * k : 0;
+  double per_a = trans_a ? (double)tiles * OWN_MR * k : 0;
+  return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
 static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                           cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
-  if (!own_fits(trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  cf_mem Bp = B;
-  size_t b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
-  if (!((!trans_b && N % OWN_NR == 0) || K == 0)) {  /* pack op(B) into zero-padded K x 32 panels */
-    size_t per = panels * OWN_NR * K;
-    cl_mem buf = NULL;
-    CF_TRY(scratch_get(ctx, per * batch * sizeof(float), &buf));
+  int pack_b = !((!trans_b && N % OWN_NR == 0) || K == 0), pack_a = trans_a && K > 0;
+  size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
+  cl_mem buf = NULL;
+  if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
+  cf_mem Ap = A, Bp = B;
+  size_t lda_k = lda, sap = stride_a, b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
+  if (pack_b) {  /* op(B) as zero-padded K x 32 panels */
     Bp = cf_at(buf, 0);
     b_ld = OWN_NR;
     b_panel = OWN_NR * K;
-    sbp = per;
+    sbp = per_b;
     cf_launch L;
     cf_launch_begin(&L, ctx, "gemm", "gemm_pack_b");
     cf_arg_mem(&L, Bp);
@@ -165,26 +170,42 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_uint(&L, (unsigned)N);
     cf_arg_uint(&L, (unsigned)ldb);
     cf_arg_uint(&L, (unsigned)stride_b);
-    cf_arg_uint(&L, (unsigned)per);
+    cf_arg_uint(&L, (unsigned)per_b);
     size_t global[3] = {(K + 15) / 16, panels, batch}, local[3] = {1, 1, 1};
+    CF_TRY(cf_launch_run(&L, 3, global, local));
+  }
+  if (pack_a) {  /* op(A) = A^T as zero-padded K x 12 panels (gemm_at reads only those) */
+    Ap = cf_at(buf, per_b * batch);
+    lda_k = OWN_MR;
+    sap = per_a;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_pack_at");
+    cf_arg_mem(&L, Ap);
+    cf_arg_mem(&L, A);
+    cf_arg_uint(&L, (unsigned)K);
+    cf_arg_uint(&L, (unsigned)M);
+    cf_arg_uint(&L, (unsigned)lda);
+    cf_arg_uint(&L, (unsigned)stride_a);
+    cf_arg_uint(&L, (unsigned)per_a);
+    size_t global[3] = {(K + 255) / 256, tiles, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
   size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
   if (group < 1) group = 1;
   if (group > tiles) group = tiles;
   cf_launch L;
-  cf_launch_begin(&L, ctx, "gemm", trans_a ? "gemm_at" : "gemm_an");
+  cf_launch_begin(&L, ctx, "gemm", pack_a ? "gemm_at" : "gemm_an");  /* K == 0: either, A unread */
   cf_arg_mem(&L, C);
-  cf_arg_mem(&L, A);
+  cf_arg_mem(&L, Ap);
   cf_arg_mem(&L, Bp);
   cf_arg_uint(&L, (unsigned)M);
   cf_arg_uint(&L, (unsigned)N);
   cf_arg_uint(&L, (unsigned)K);
-  cf_arg_uint(&L, (unsigned)lda);
+  cf_arg_uint(&L, (unsigned)lda_k);
   cf_arg_uint(&L, (unsigned)ldc);
   cf_arg_uint(&L, (unsigned)b_ld);
   cf_arg_uint(&L, (unsigned)b_panel);
-  cf_arg_uint(&L, (unsigned)stride_a);
+  cf_arg_uint(&L, (unsigned)sap);
   cf_arg_uint(&L, (unsigned)sbp);
   cf_arg_uint(&L, (unsigned)stride_c);
   cf_arg_float(&L, alpha);
@@ -207,7 +228,7 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   cf_gemm_impl use;
   CF_TRY(cf_gemm_resolve(ctx, impl, &use));
   if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
-      !own_fits(trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+      !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_CLBLAST;
   if (use == CF_GEMM_OWN)
     return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
