@@ -213,7 +213,8 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
 static int model_shapes(const cf_config *cfg, gemm_shape *sh) {
   size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
   size_t F = (size_t)cfg->model.d_ff, V = 256, T = (size_t)cfg->data.seq_len;
-  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH, BNH = (size_t)cfg->data.batch_size * NH;
+  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
+  size_t BNH = (size_t)cfg->data.batch_size * NH;
   struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
                                                          {"fc2", C, F}, {"logits", V, C}};
   int n = 0;

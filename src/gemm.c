@@ -29,7 +29,8 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
     }
   }
   if (impl == CF_GEMM_AUTO) impl = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
-  if (impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN) return CF_FAIL(CF_ERR_INVALID_ARG, "unknown GEMM implementation %d", (int)impl);
+  if (impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "unknown GEMM implementation %d", (int)impl);
   *out = impl;
   return CF_OK;
 }
@@ -223,7 +224,8 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   if (M == 0 || N == 0 || batch == 0) return CF_OK;
   size_t acols = trans_a ? M : K, bcols = trans_b ? K : N;
   if (lda < (acols ? acols : 1) || ldb < (bcols ? bcols : 1) || ldc < N)
-    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
+    return CF_FAIL(CF_ERR_INVALID_ARG,
+                   "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
                    trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
   cf_gemm_impl use;
   CF_TRY(cf_gemm_resolve(ctx, impl, &use));

@@ -22,7 +22,8 @@ static double rel_fro(const float *out, const double *ref, size_t n, int *nonfin
 /* C (batch x M x N, row stride ldc, matrix stride sc) = alpha op(A) op(B) + beta C */
 static int ncases;
 
-static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K, size_t batch,
+static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
+                     size_t batch,
                      float alpha, float beta) {
   size_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
   size_t lda = acols + 3, ldb = bcols + 1, ldc = N + 2;  /* padded rows catch stride mix-ups */
@@ -43,10 +44,11 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
       for (size_t i = 0; i < M; i++) test_poison(ctx, cf_at(dC, offc + bi * sc + i * ldc), N);
   }
   if (batch == 1)
-    TEST_OK(cf_gemm_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, cf_at(dB, offb), ldb, beta, cf_at(dC, offc), ldc));
+    TEST_OK(cf_gemm_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, cf_at(dB, offb), ldb, beta,
+                         cf_at(dC, offc), ldc));
   else
-    TEST_OK(cf_gemm_batched_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, sa, cf_at(dB, offb), ldb, sb, beta,
-                            cf_at(dC, offc), ldc, sc, batch));
+    TEST_OK(cf_gemm_batched_with(ctx, impl, ta, tb, M, N, K, alpha, cf_at(dA, offa), lda, sa, cf_at(dB, offb), ldb,
+                                 sb, beta, cf_at(dC, offc), ldc, sc, batch));
   float *C = test_read(ctx, cf_at(dC, 0), nc);
   int nonfinite;
   double err = rel_fro(C, ref, nc, &nonfinite);
