@@ -110,6 +110,16 @@ static void check_choice(cf_context *ctx) {
   cf_set_verbosity(v);
   TEST_ASSERT(st == CF_ERR_CONFIG, "CLFORMER_GEMM=fastest gave %s", cf_status_str(st));
   unsetenv("CLFORMER_GEMM");
+  /* a row stride shorter than a row is refused by both */
+  cl_mem d = test_buffer(ctx, NULL, 64);
+  for (int impl = CF_GEMM_CLBLAST; impl <= CF_GEMM_OWN; impl++) {
+    cf_set_verbosity(-1);
+    st = cf_gemm_with(ctx, (cf_gemm_impl)impl, 0, 0, 4, 4, 4, 1.0f, cf_at(d, 0), 3, cf_at(d, 16), 4, 0.0f, cf_at(d, 32), 4);
+    cf_set_verbosity(v);
+    TEST_ASSERT(st == CF_ERR_INVALID_ARG, "%s with lda 3 < K 4 gave %s", cf_gemm_impl_name((cf_gemm_impl)impl),
+                cf_status_str(st));
+  }
+  cf_buffer_free(d);
 }
 
 /* Every case of the original CLBlast test, plus the edges of our tiles, for one implementation. */
