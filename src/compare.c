@@ -75,20 +75,9 @@ static cf_status parse_spec(spec *s, const char *path, char **sets, int nsets) {
   s->plateau_after = 100;
   s->seeds = 1;
   cf_config_defaults(&s->base);
-  char *text;
-  CF_TRY(cf_read_file(path, &text, NULL));
-  yaml_parser_t parser;
   yaml_document_t doc;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+  CF_TRY(cf_yaml_load_file(path, &doc));
   cf_status st = CF_OK;
-  if (!yaml_parser_load(&parser, &doc)) {
-    st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: malformed YAML: %s", path, parser.problem_mark.line + 1,
-                 parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error");
-    yaml_parser_delete(&parser);
-    free(text);
-    return st;
-  }
   yaml_node_t *root = yaml_document_get_root_node(&doc), *vars = NULL;
   if (!root || root->type != YAML_MAPPING_NODE) {
     st = CF_FAIL(CF_ERR_CONFIG, "%s: expected a mapping with base: and variants:", path);
@@ -173,8 +162,6 @@ static cf_status parse_spec(spec *s, const char *path, char **sets, int nsets) {
   }
 done:
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
-  free(text);
   return st;
 }
 

@@ -287,26 +287,39 @@ cf_status cf_config_apply_node(cf_config *c, yaml_document_t *doc, yaml_node_t *
   return walk(c, doc, mapping, "", origin);
 }
 
-cf_status cf_config_load_string(cf_config *c, const char *text, const char *origin) {
+static cf_status parse_document(const char *text, const char *origin, yaml_document_t *doc) {
   yaml_parser_t parser;
-  yaml_document_t doc;
   if (!yaml_parser_initialize(&parser)) return CF_FAIL(CF_ERR_NO_MEMORY, "cannot initialise the YAML parser");
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
   cf_status st = CF_OK;
-  if (!yaml_parser_load(&parser, &doc)) {
+  if (!yaml_parser_load(&parser, doc))
     st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: malformed YAML: %s%s%s", origin, parser.problem_mark.line + 1,
                  parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error",
                  parser.context ? " " : "", parser.context ? parser.context : "");
-    yaml_parser_delete(&parser);
-    return st;
-  }
+  yaml_parser_delete(&parser);
+  return st;
+}
+
+cf_status cf_yaml_load_file(const char *path, yaml_document_t *doc) {
+  char *text;
+  size_t len;
+  CF_TRY(cf_read_file(path, &text, &len));
+  cf_status st = strlen(text) != len ? CF_FAIL(CF_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path)
+                                     : parse_document(text, path, doc);
+  free(text);
+  return st;
+}
+
+cf_status cf_config_load_string(cf_config *c, const char *text, const char *origin) {
+  yaml_document_t doc;
+  CF_TRY(parse_document(text, origin, &doc));
+  cf_status st = CF_OK;
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (root && root->type == YAML_MAPPING_NODE) st = walk(c, &doc, root, "", origin);
   else if (root && !(root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0))
     st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: the top level must be a mapping of keys", origin, root->start_mark.line + 1,
                  root->start_mark.column + 1);
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   return st;
 }
 

@@ -9,4 +9,8 @@
 /* Keys of the mapping, nested ("model: {norm: pre}") or dotted ("model.norm: pre"). */
 cf_status cf_config_apply_node(cf_config *c, yaml_document_t *doc, yaml_node_t *mapping, const char *origin);
 
+/* Read and parse a whole YAML file into doc (the caller deletes it with yaml_document_delete);
+ * a malformed file is CF_ERR_CONFIG with file:line:column. */
+cf_status cf_yaml_load_file(const char *path, yaml_document_t *doc);
+
 #endif

@@ -63,20 +63,9 @@ static cf_status parse_gn(gn_spec *s, const char *path, char **sets, int nsets) 
   s->norms[1] = CF_NORM_PRE;
   s->nnorms = 2;
   cf_config_defaults(&s->base);
-  char *text;
-  CF_TRY(cf_read_file(path, &text, NULL));
-  yaml_parser_t parser;
   yaml_document_t doc;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+  CF_TRY(cf_yaml_load_file(path, &doc));
   cf_status st = CF_OK;
-  if (!yaml_parser_load(&parser, &doc)) {
-    st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: malformed YAML: %s", path, parser.problem_mark.line + 1,
-                 parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error");
-    yaml_parser_delete(&parser);
-    free(text);
-    return st;
-  }
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (!root || root->type != YAML_MAPPING_NODE) st = CF_FAIL(CF_ERR_CONFIG, "%s: expected a mapping with base: and depths:", path);
   for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL; st == CF_OK && p < root->data.mapping.pairs.top; p++) {
@@ -104,8 +93,6 @@ static cf_status parse_gn(gn_spec *s, const char *path, char **sets, int nsets) 
     snprintf(s->out, sizeof s->out, "runs/%.*s", (int)strcspn(b, "."), b);
   }
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
-  free(text);
   return st;
 }
 
