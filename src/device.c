@@ -289,6 +289,7 @@ void cf_context_free(cf_context *ctx) {
     CF_RELEASE(clReleaseProgram, p->program);
   }
   free(ctx->programs);
+  cf_gemm_scratch_free(ctx);  /* before the queue it is keyed by goes */
   cf_profile_collect(ctx, NULL, 0);
   free(ctx->prof);
   if (ctx->queue) clFinish(ctx->queue);
