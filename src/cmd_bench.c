@@ -1,8 +1,47 @@
-/* `clformer bench kernels|gemm|all`: device benchmarks (src/bench.c for the memory-bound kernels,
- * src/bench_gemm.c for GEMM). Registered in src/main.c's command table and declared in src/cli.h as
- *   int cmd_bench(int argc, char **argv);                                                    */
+/* `clformer bench kernels|gemm|step|all`: device benchmarks (src/bench.c for the memory-bound
+ * kernels, src/bench_gemm.c for GEMM, src/bench_step.c for a training step). Registered in
+ * src/main.c's command table and declared in src/cli.h as int cmd_bench(int argc, char **argv);
+ *
+ * The JSON file (--json FILE), schema 1. One object; numbers are plain JSON numbers, null where a
+ * value does not exist; times in ms or us as the key says, rates in GB/s, GFLOP/s, tokens/s.
+ * Keys are only ever added, never renamed, within a schema version.
+ *   schema                 1
+ *   clformer_version       "0.1.0"
+ *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs}
+ *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
+ *                           "compute_units"}
+ *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
+ *                           "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs",
+ *                           "pct_copy", "gflops"}]}
+ *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
+ *                           "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
+ *                           "clblast"|"own"|"openblas": {"median", "min", "max"} GFLOP/s | null,
+ *                           "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
+ *                           "own_vs_clblast", "own_vs_openblas"}}
+ *   step                   (step, all) a training step (forward, backward, grad norm, Adam) of the config:
+ *     model                {"norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
+ *                           "params"}
+ *     gemm                 the GEMM implementation the step used: "own" or "clblast"
+ *     warmup, steps        untimed steps, then timed steps
+ *     step_ms              {"median", "min", "max"} wall clock per step (enqueue to clFinish)
+ *     tokens_per_s         batch_size * seq_len / median step
+ *     flops_per_step       matrix-product FLOPs: 6 N P + 12 L B T^2 C, P = L (4 C^2 + 2 C F) + 256 C
+ *     gflops               flops_per_step / median step
+ *     startup              {"context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"}
+ *                          seconds from the command's start (total_s: to the end of the first step);
+ *                          cache_misses 0 means a warm kernel cache. null when the step was not run first.
+ *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "ops": [{"name", "calls", "ms",
+ *                           "share"}]}: OpenCL profiling events per kernel name, per step (calls and ms are
+ *                           means over `steps` profiled steps; share = ms / device_ms), largest first;
+ *                           GEMM kernels are those named gemm* (ours) or clblast* (CLBlast's last kernel)
+ *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
+ *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
+ *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
+ *                           clformer is faster)}
+ * tools/compare_bench.py renders several such files as one Markdown table. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "clformer/bench.h"
 #include "clformer/clformer.h"
@@ -13,8 +52,9 @@ int cmd_bench(int argc, char **argv);
 cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *json);
 
 static const char *usage =
-    "usage: clformer bench kernels|gemm|all [--device SPEC] [--config CONFIG] [--set KEY=VALUE ...]\n"
+    "usage: clformer bench kernels|gemm|step|all [--device SPEC] [--config CONFIG] [--set KEY=VALUE ...]\n"
     "                      [--json FILE] [--repeat N] [--only NAME] [--vs-blas]\n"
+    "                      [--steps N] [--warmup N] [--vs-torch] [--torch-threads N] [--torch-script PATH]\n"
     "\n"
     "Times the compute kernels on one device, after warm-up, as the median of repeated runs.\n"
     "  kernels  the device's copy bandwidth (clEnqueueCopyBuffer of 64 MiB, bytes read + written), then\n"
@@ -23,51 +63,100 @@ static const char *usage =
     "           (the bytes each op must read and write, counted by hand) and % of the copy bandwidth;\n"
     "           the attention forward and backward in GFLOP/s\n"
     "  gemm     every GEMM shape the config's model issues, with each implementation\n"
-    "  all      both\n"
+    "  step     a full training step of the config's model: median [min, max] step time, tokens/s,\n"
+    "           GFLOP/s of its matrix products, the start-up time (command start to the end of the first\n"
+    "           step) and a per-kernel breakdown from OpenCL profiling events\n"
+    "  all      kernels, gemm and step\n"
     "\n"
     "  --device SPEC     auto | P:D | gpu | cpu | accelerator | part of a device or platform name\n"
     "                    (default: $CLFORMER_DEVICE, else the config's device, else auto)\n"
-    "  --config CONFIG   training config whose model shapes `gemm` uses (default: the defaults)\n"
+    "  --config CONFIG   training config whose model `gemm` and `step` use (default: the defaults)\n"
     "  --set KEY=VALUE   override a config key (repeatable)\n"
-    "  --json FILE       also write the results as one JSON object to FILE ('-' for stdout):\n"
-    "                    {clformer_version, device: {name, platform, platform_version, driver, type,\n"
-    "                    compute_units}, kernels: {copy, method, results: [{kernel, N, C, T, NH, bytes,\n"
-    "                    flops, us, gbs, pct_copy, gflops}]}, gemm: {...}}\n"
-    "  --repeat N        timed samples per kernel, the median reported (default 20)\n"
+    "  --json FILE       also write the results as one JSON object to FILE ('-' for stdout; the tables then\n"
+    "                    go to stderr): {schema, clformer_version, host, device: {name, platform,\n"
+    "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
+    "                    documented at the top of src/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
+    "  --repeat N        `kernels`: timed samples per kernel, the median reported (default 20)\n"
     "  --only NAME       `kernels`: only the kernels whose name contains NAME\n"
-    "  --vs-blas         `gemm`: also time OpenBLAS on the host\n";
+    "  --vs-blas         `gemm`: also time OpenBLAS on the host\n"
+    "  --steps N         `step`: timed steps (default 20, at least 10)\n"
+    "  --warmup N        `step`: untimed steps first (default 3)\n"
+    "  --vs-torch        `step`: also run tools/torch_step.py (PyTorch on the host CPU, the same model and\n"
+    "                    config), its steps interleaved with ours, and print the speed ratio\n"
+    "  --torch-threads N `--vs-torch`: torch's threads (default: the CPUs this process may use)\n"
+    "  --torch-script P  `--vs-torch`: path of torch_step.py (default: found beside the executable)\n"
+    "environment: CLFORMER_PYTHON, the Python with torch (default /usr/bin/python3, else python3)\n";
+
+static int parse_int(const char *what, const char *s, int lo, int hi, int *out) {
+  char *end;
+  long r = strtol(s, &end, 10);
+  if (!*s || *end || r < lo || r > hi) {
+    fprintf(stderr, "clformer bench: %s wants an integer in [%d, %d], got '%s'\n", what, lo, hi, s);
+    return 0;
+  }
+  *out = (int)r;
+  return 1;
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++)  /* drivers' strings, JSON-escaped */
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s >= 0x20) fputc(*s, f);
+  fputc('"', f);
+}
+
+static void host_cpu(char *out, size_t n) {
+  snprintf(out, n, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *v = strchr(line, ':');
+      if (v) {
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        snprintf(out, n, "%s", v);
+      }
+      break;
+    }
+  fclose(f);
+}
 
 int cmd_bench(int argc, char **argv) {
+  double t_start = cf_now();
   const char *what = NULL, *spec = NULL, *config = NULL, *json_path = NULL, *only = NULL;
   char *sets[256];
   int nsets = 0, repeat = 20, vs_blas = 0;
+  cf_bench_step_options so = {20, 3, 3, 0, 0, NULL, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
     else if (cf_arg_is(a, "--device", "-d") && more) spec = argv[++i];
     else if (cf_arg_is(a, "--config", "-c") && more) config = argv[++i];
-    else if (cf_arg_is(a, "--set", NULL) && more && nsets < 256) sets[nsets++] = argv[++i];
+    else if (cf_arg_is(a, "--set", NULL) && more && nsets < 255) sets[nsets++] = argv[++i];
     else if (cf_arg_is(a, "--json", NULL) && more) json_path = argv[++i];
     else if (cf_arg_is(a, "--only", NULL) && more) only = argv[++i];
     else if (cf_arg_is(a, "--vs-blas", NULL)) vs_blas = 1;
-    else if (cf_arg_is(a, "--repeat", "-r") && more) {
-      char *end;
-      long r = strtol(argv[++i], &end, 10);
-      if (*end || r < 1 || r > 100000) {
-        fprintf(stderr, "clformer bench: --repeat wants a positive integer, got '%s'\n", argv[i]);
-        return 2;
-      }
-      repeat = (int)r;
-    } else if (a[0] != '-' && !what && (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "all")))
+    else if (cf_arg_is(a, "--vs-torch", NULL)) so.vs_torch = 1;
+    else if (cf_arg_is(a, "--torch-script", NULL) && more) so.torch_script = argv[++i];
+    else if (cf_arg_is(a, "--repeat", "-r") && more) { if (!parse_int("--repeat", argv[++i], 1, 100000, &repeat)) return 2; }
+    else if (cf_arg_is(a, "--steps", NULL) && more) { if (!parse_int("--steps", argv[++i], 10, 10000, &so.steps)) return 2; }
+    else if (cf_arg_is(a, "--warmup", NULL) && more) { if (!parse_int("--warmup", argv[++i], 1, 10000, &so.warmup)) return 2; }
+    else if (cf_arg_is(a, "--torch-threads", NULL) && more) {
+      if (!parse_int("--torch-threads", argv[++i], 1, 4096, &so.torch_threads)) return 2;
+    } else if (a[0] != '-' && !what &&
+               (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "step") || !strcmp(a, "all")))
       what = a;
     else { fprintf(stderr, "clformer bench: unexpected argument '%s'\n\n%s", a, usage); return 2; }
   }
-  if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm or all\n\n%s", usage); return 2; }
+  if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
 
-  /* Without a config only the model's shapes matter: name a training file so validation passes. */
+  /* Only the model's shapes matter, never the text: name a training file so validation passes. */
   char no_data[] = "data.train=(none: bench)";
-  if (!config && nsets < 256) {
+  if (!config) {
     memmove(sets + 1, sets, sizeof *sets * (size_t)nsets);
     sets[0] = no_data;
     nsets++;
@@ -79,6 +168,7 @@ int cmd_bench(int argc, char **argv) {
   cf_context *ctx;
   cf_status st = cf_context_create(&o, &ctx);
   if (st != CF_OK) return cf_exit_code(st);
+  so.t_context = cf_now();
 
   FILE *json = NULL;
   if (json_path) {
@@ -89,25 +179,37 @@ int cmd_bench(int argc, char **argv) {
       return 1;
     }
     const cf_device_info *d = cf_context_device(ctx);
+    char cpu[256];
+    host_cpu(cpu, sizeof cpu);
+    fprintf(json, "{\n  \"schema\": 1,\n  \"clformer_version\": \"%s\",\n  \"host\": {\"cpu\": ", CLFORMER_VERSION);
+    json_str(json, cpu);
+    fprintf(json, ", \"cpus\": %ld},\n  \"device\": {", sysconf(_SC_NPROCESSORS_ONLN));
     const char *keys[] = {"name", "platform", "platform_version", "driver", "type"};
     const char *vals[] = {d->name, d->platform_name, d->platform_version, d->driver_version,
                           cf_device_type_str(d->type)};
-    fprintf(json, "{\n  \"clformer_version\": \"%s\",\n  \"device\": {", CLFORMER_VERSION);
     for (int k = 0; k < 5; k++) {
-      fprintf(json, "\"%s\": \"", keys[k]);
-      for (const char *c = vals[k]; *c; c++)  /* drivers' strings, JSON-escaped */
-        if (*c == '"' || *c == '\\') fprintf(json, "\\%c", *c);
-        else if ((unsigned char)*c >= 0x20) fputc(*c, json);
-      fputs("\", ", json);
+      fprintf(json, "\"%s\": ", keys[k]);
+      json_str(json, vals[k]);
+      fputs(", ", json);
     }
-    fprintf(json, "\"compute_units\": %u},\n  ", d->compute_units);
+    fprintf(json, "\"compute_units\": %u}", d->compute_units);
   }
-  int kernels = strcmp(what, "gemm") != 0, gemm = strcmp(what, "kernels") != 0;
-  if (kernels) st = cf_bench_kernels(ctx, repeat, only, json);
+  int all = !strcmp(what, "all");
+  int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
+  if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
+  if (kernels) {
+    if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */
+    st = cf_bench_kernels(ctx, repeat, only, json);
+  }
   if (st == CF_OK && gemm) {
     if (kernels) printf("\n");
-    if (json) fprintf(json, "%s\"gemm\": ", kernels ? ",\n  " : "");
+    if (json) fprintf(json, ",\n  \"gemm\": ");
     st = cf_bench_gemm(ctx, &cfg, vs_blas, json);
+  }
+  if (st == CF_OK && step) {
+    if (kernels || gemm) printf("\n");
+    if (json) fprintf(json, ",\n  \"step\": ");
+    st = cf_bench_step(ctx, &cfg, &so, json);
   }
   if (json) {
     fprintf(json, "\n}\n");

@@ -44,11 +44,13 @@ static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t 
                               cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   if (batch == 1)
     CF_CHECK(CLBlastSgemm(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha, A.buf, A.off, lda,
-                          B.buf, B.off, ldb, beta, C.buf, C.off, ldc, &ctx->queue, NULL));
+                          B.buf, B.off, ldb, beta, C.buf, C.off, ldc, &ctx->queue,
+                          cf_profile_slot(ctx, "clblast_sgemm")));
   else
     CF_CHECK(CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha,
                                         A.buf, A.off, lda, stride_a, B.buf, B.off, ldb, stride_b, beta,
-                                        C.buf, C.off, ldc, stride_c, batch, &ctx->queue, NULL));
+                                        C.buf, C.off, ldc, stride_c, batch, &ctx->queue,
+                                        cf_profile_slot(ctx, "clblast_sgemm_batched")));
   return CF_OK;
 }
 

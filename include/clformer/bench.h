@@ -12,4 +12,20 @@
  * peak. Prints a table; appends a JSON object to json when not NULL. vs_blas: also OpenBLAS. */
 cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE *json);
 
+/* `bench step`: a full training step of the config's model; see src/bench_step.c for the method. */
+typedef struct cf_bench_step_options {
+  int steps;              /* timed steps (default 20) */
+  int warmup;             /* untimed steps before them, the first included (default 3) */
+  int profile_steps;      /* further steps recorded for the per-operation breakdown (default 3) */
+  int vs_torch;           /* also time tools/torch_step.py, interleaved, and print the ratio */
+  int torch_threads;      /* torch's thread count; 0: the CPUs this process may use */
+  const char *torch_script;  /* NULL: found beside the executable (../tools) or in ./tools */
+  double t_start;         /* cf_now() at the command's start, for the start-up time; 0: not reported */
+  double t_context;       /* cf_now() once the context was created */
+} cf_bench_step_options;
+/* Prints the results; appends a JSON object to json when not NULL. */
+cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *json);
+/* Floating-point operations of one training step's matrix products (the formula in bench_step.c). */
+double cf_bench_step_flops(const cf_config *cfg);
+
 #endif
