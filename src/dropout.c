@@ -18,7 +18,7 @@ cf_status cf_dropout_check(cf_dropout d, size_t n) {
 
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d) {
-  size_t groups = (n + 3) / 4, local = cf_context_wg(ctx);
+  size_t chunks = (n + 63) / 64, local = 16;  /* 64 elements per work-item, see cl/dropout.cl */
   cf_launch L;
   cf_launch_begin(&L, ctx, "dropout", "dropout_forward");
   cf_arg_mem(&L, out);
@@ -29,7 +29,7 @@ cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_
   cf_arg_uint(&L, d.seed);
   cf_arg_uint(&L, d.step);
   cf_arg_uint(&L, d.tensor_id);
-  return cf_launch_run(&L, 1, &groups, &local);
+  return cf_launch_run(&L, 1, &chunks, &local);
 }
 
 cf_status cf_dropout_forward(cf_context *ctx, cf_mem x, size_t n, cf_dropout d) {

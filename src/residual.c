@@ -28,7 +28,7 @@ cf_status cf_residual_forward(cf_context *ctx, cf_mem out, cf_mem inp1, cf_mem i
 cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, cf_mem branch, size_t n, cf_dropout d) {
   CF_TRY(cf_dropout_check(d, n));
   if (d.p == 0.0f) return cf_residual_forward(ctx, out, res, branch, n);
-  size_t groups = (n + 3) / 4, local = cf_context_wg(ctx);
+  size_t chunks = (n + 63) / 64, local = 16;  /* 64 elements per work-item, see cl/residual.cl */
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_dropout_forward");
   cf_arg_mem(&L, out);
@@ -40,7 +40,7 @@ cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, c
   cf_arg_uint(&L, d.seed);
   cf_arg_uint(&L, d.step);
   cf_arg_uint(&L, d.tensor_id);
-  return cf_launch_run(&L, 1, &groups, &local);
+  return cf_launch_run(&L, 1, &chunks, &local);
 }
 
 cf_status cf_residual_dropout_backward(cf_context *ctx, cf_mem dbranch, cf_mem dout, size_t n, cf_dropout d) {
