@@ -3,6 +3,7 @@
 // The GEMMs themselves (q.k^T, P.v and their gradients) run in CLBlast; see src/attention.c.
 // Every pointer comes with an element offset. Flat indices are int: tensors < 2^31 elements.
 #include "philox.clh"
+#include "dropout.clh"
 
 // ---------- layout ----------
 
@@ -40,19 +41,159 @@ __kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __globa
 // ---------- dropout ----------
 
 // pdrop = att * mask / (1-p) over the flat (B, NH, T, T) tensor of n elements; one work-item per
-// group of 4 elements, which share one Philox call.
+// 64 elements (16 Philox calls in 16-lane vectors), the last partial chunk group by group.
 __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global const float *att, uint att_off,
                                 int n, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
-  uint g = get_global_id(0);
-  uint i0 = 4u * g;
-  if (i0 >= (uint)n) return;
-  uint4 w = cf_random_bits(seed, step, tensor_id, g);
-  uint bits[4] = {w.x, w.y, w.z, w.w};
-  for (uint k = 0; k < 4u && i0 + k < (uint)n; k++)
-    pdrop[pdrop_off + i0 + k] = cf_uniform24(bits[k]) >= p ? att[att_off + i0 + k] * inv_keep : 0.0f;
+  uint i = 64u * get_global_id(0);
+  if (i >= (uint)n) return;
+  __global float *y = pdrop + pdrop_off + i;
+  __global const float *x = att + att_off + i;
+  if (i + 64u <= (uint)n) {
+    float16 f[4];
+    cf_dropout_factors64(seed, step, tensor_id, i / 4u, p, inv_keep, f);
+    for (int k = 0; k < 4; k++) vstore16(vload16(k, x) * f[k], k, y);
+    return;
+  }
+  for (uint j = 0; i + j < (uint)n; j += 4) {
+    float4 f = cf_dropout_factors(seed, step, tensor_id, (i + j) / 4u, p, inv_keep);
+    float fj[4] = {f.x, f.y, f.z, f.w};
+    for (uint k = 0; k < 4u && i + j + k < (uint)n; k++) y[j + k] = x[j + k] * fj[k];
+  }
 }
 
 // ---------- softmax ----------
+
+#if CF_DEVICE_IS_CPU
+
+// On CPUs (PoCL runs barriers and per-row work-groups slowly) the softmax kernels take one row
+// (b, h, t) per work-item instead, walking it with 16-float vectors; same arguments, same
+// results up to the order of the sums (fixed, so still deterministic). The host launches
+// B*NH*T items (src/attention.c).
+
+inline float att_hsum16(float16 v) {
+  float8 a = v.lo + v.hi;
+  float4 b = a.lo + a.hi;
+  float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+
+inline float att_hmax16(float16 v) {
+  float8 a = fmax(v.lo, v.hi);
+  float4 b = fmax(a.lo, a.hi);
+  float2 c = fmax(b.lo, b.hi);
+  return fmax(c.x, c.y);
+}
+
+// dst[j] = src[j] * dropout factor of flat element base + j, for j < n (dst may be src). When base
+// is a multiple of 4, 64 entries (16 Philox groups) at a time in 16-lane vectors; else group by group.
+inline void att_dropout_row(__global float *dst, __global const float *src, uint base, int n, float p,
+                            float inv_keep, uint seed, uint step, uint tensor_id) {
+  int j = 0;
+  if (base % 4u == 0u) {
+    for (; j < n; j += 64) {
+      float16 f[4];
+      cf_dropout_factors64(seed, step, tensor_id, (base + (uint)j) / 4u, p, inv_keep, f);
+      if (j + 64 <= n) {
+        for (int k = 0; k < 4; k++) vstore16(vload16(k, src + j) * f[k], k, dst + j);
+      } else {
+        __private const float *fs = (__private const float *)f;
+        for (int k = 0; j + k < n; k++) dst[j + k] = src[j + k] * fs[k];
+      }
+    }
+    return;
+  }
+  while (j < n) {
+    uint i = base + (uint)j;
+    float4 f = cf_dropout_factors(seed, step, tensor_id, i / 4u, p, inv_keep);
+    float fj[4] = {f.x, f.y, f.z, f.w};
+    for (uint k = i % 4u; k < 4u && j < n; k++, j++) dst[j] = src[j] * fj[k];
+  }
+}
+
+// att (B, NH, T, T) holds q.k^T on entry and the probabilities P = softmax(scale * q.k^T) over the
+// keys j <= t with key_mask[b, j] != 0 on exit; every other entry is written 0, and a row without
+// any valid key is all 0. When p > 0, also pdrop = P * dropout mask / (1-p). One row per item:
+// max, then the exponentials written in place and summed, then the normalisation (the row stays
+// in cache between the passes).
+__kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
+                                        __global const int *key_mask, uint key_mask_off, int has_mask,
+                                        int B, int NH, int T, float scale,
+                                        float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  int row = get_global_id(0);
+  if (row >= B * NH * T) return;
+  int t = row % T, b = row / (NH * T), n = t + 1, n16 = n / 16 * 16;
+  __global float *a = att + att_off + (size_t)row * T;
+  __global const int *km = key_mask + key_mask_off + (size_t)b * T;
+
+  float m = -INFINITY, sum = 0.0f;
+  if (has_mask) {
+    for (int j = 0; j < n; j++)
+      if (km[j]) m = fmax(m, a[j]);
+    if (m > -INFINITY)
+      for (int j = 0; j < n; j++) {
+        float e = km[j] ? exp((a[j] - m) * scale) : 0.0f;
+        a[j] = e;
+        sum += e;
+      }
+  } else {
+    float16 m16 = (float16)(-INFINITY);
+    for (int j = 0; j < n16; j += 16) m16 = fmax(m16, vload16(0, a + j));
+    m = att_hmax16(m16);
+    for (int j = n16; j < n; j++) m = fmax(m, a[j]);
+    if (m > -INFINITY) {
+      float16 s16 = (float16)(0.0f);
+      for (int j = 0; j < n16; j += 16) {
+        float16 e = exp((vload16(0, a + j) - m) * scale);
+        vstore16(e, 0, a + j);
+        s16 += e;
+      }
+      sum = att_hsum16(s16);
+      for (int j = n16; j < n; j++) {
+        float e = exp((a[j] - m) * scale);
+        a[j] = e;
+        sum += e;
+      }
+    }
+  }
+  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (inv > 0.0f) {
+    for (int j = 0; j < n16; j += 16) vstore16(vload16(0, a + j) * inv, 0, a + j);
+    for (int j = n16; j < n; j++) a[j] *= inv;
+  } else {
+    for (int j = 0; j < n; j++) a[j] = 0.0f;
+  }
+  for (int j = n; j < T; j++) a[j] = 0.0f;
+
+  if (p > 0.0f) {
+    __global float *pd = pdrop + pdrop_off + (size_t)row * T;
+    att_dropout_row(pd, a, (uint)row * (uint)T, n, p, inv_keep, seed, step, tensor_id);
+    for (int j = n; j < T; j++) pd[j] = 0.0f;
+  }
+}
+
+// The softmax backward, fused: datt holds dL/dP_drop on entry (dy.v^T) and dL/d(q.k^T) on exit:
+// dP = dP_drop * mask / (1-p) (mask regenerated from Philox), then
+// dpreatt = scale * P * (dP - sum_j P_j dP_j) on the causal entries j <= t, 0 elsewhere.
+__kernel void attention_softmax_backward(__global float *datt, uint datt_off, __global const float *att,
+                                         uint att_off, int B, int NH, int T, float scale,
+                                         float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+  int row = get_global_id(0);
+  if (row >= B * NH * T) return;
+  int t = row % T, n = t + 1, n16 = n / 16 * 16;
+  __global float *g = datt + datt_off + (size_t)row * T;
+  __global const float *a = att + att_off + (size_t)row * T;
+
+  if (p > 0.0f) att_dropout_row(g, g, (uint)row * (uint)T, n, p, inv_keep, seed, step, tensor_id);
+  float16 d16 = (float16)(0.0f);
+  for (int j = 0; j < n16; j += 16) d16 += vload16(0, a + j) * vload16(0, g + j);
+  float dot = att_hsum16(d16);
+  for (int j = n16; j < n; j++) dot += a[j] * g[j];
+  for (int j = 0; j < n16; j += 16) vstore16(scale * vload16(0, a + j) * (vload16(0, g + j) - dot), 0, g + j);
+  for (int j = n16; j < n; j++) g[j] = scale * a[j] * (g[j] - dot);
+  for (int j = n; j < T; j++) g[j] = 0.0f;
+}
+
+#else  // one work-group per row
 
 // Work-group reductions over a power-of-two local size <= CF_WG, in a fixed tree order
 // (deterministic). Every work-item of the group must call them.
@@ -175,6 +316,8 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
     }
   }
 }
+
+#endif
 
 // ---------- fused forward (inference) ----------
 

@@ -51,11 +51,18 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
   return cf_launch_run(&L, 1, &global, &local);
 }
 
-/* Local size of the per-row softmax kernels: a power of two, at most CF_WG, not much above T. */
-static size_t row_local(cf_context *ctx, int T) {
+/* The softmax kernels' grid: on CPUs one row per work-item (B*NH*T items in small groups); else
+ * one work-group per row, its local size a power of two, at most CF_WG, not much above T. */
+static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_t *local) {
+  if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
+    *local = 8;
+    *global = (size_t)rows;
+    return;
+  }
   size_t l = 1;
   while (l < (size_t)T && l < cf_context_wg(ctx)) l *= 2;
-  return l;
+  *local = l;
+  *global = (size_t)rows * l;
 }
 
 static void arg_dropout(cf_launch *L, cf_attn_dropout drop) {
@@ -64,6 +71,43 @@ static void arg_dropout(cf_launch *L, cf_attn_dropout drop) {
   cf_arg_uint(L, drop.seed);
   cf_arg_uint(L, drop.step);
   cf_arg_uint(L, drop.tensor_id);
+}
+
+/* The two softmax launches, also used by `bench kernels` (src/bench.c). att (B, NH, T, T) in
+ * place; pdrop (B, NH, T, T) written when drop.p > 0; key_mask int (B, T) or buf NULL. */
+cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
+                                              int NH, int T, float scale, cf_attn_dropout drop) {
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "attention", "attention_softmax_forward");
+  cf_arg_mem(&L, att);
+  cf_arg_mem(&L, drop.p > 0.0f ? pdrop : att);  /* unused without dropout */
+  cf_arg_mem(&L, key_mask.buf ? key_mask : att);  /* any valid buffer when there is no mask */
+  cf_arg_int(&L, key_mask.buf != NULL);
+  cf_arg_int(&L, B);
+  cf_arg_int(&L, NH);
+  cf_arg_int(&L, T);
+  cf_arg_float(&L, scale);
+  arg_dropout(&L, drop);
+  size_t global, local;
+  softmax_grid(ctx, B * NH * T, T, &global, &local);
+  return cf_launch_run(&L, 1, &global, &local);
+}
+
+/* datt (B, NH, T, T): dL/dP_drop in, dL/d(q.k^T) out; att (B, NH, T, T) the saved P. */
+cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
+                                               float scale, cf_attn_dropout drop) {
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "attention", "attention_softmax_backward");
+  cf_arg_mem(&L, datt);
+  cf_arg_mem(&L, att);
+  cf_arg_int(&L, B);
+  cf_arg_int(&L, NH);
+  cf_arg_int(&L, T);
+  cf_arg_float(&L, scale);
+  arg_dropout(&L, drop);
+  size_t global, local;
+  softmax_grid(ctx, B * NH * T, T, &global, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem qkvp, cf_mem att, cf_mem scratch, cf_mem inp,
@@ -77,19 +121,8 @@ cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem qkvp, cf_mem 
   /* preatt = q.k^T (scaled in the softmax) */
   CF_TRY(cf_gemm_batched(ctx, 0, 1, T, T, HS, 1.0f, q, HS, T * HS, k, HS, T * HS, 0.0f, att, T, TT, BNH));
 
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "attention", "attention_softmax_forward");
-  cf_arg_mem(&L, att);
-  cf_arg_mem(&L, drop.p > 0.0f ? pdrop : att);  /* unused without dropout */
-  cf_arg_mem(&L, key_mask.buf ? key_mask : att);  /* any valid buffer when there is no mask */
-  cf_arg_int(&L, key_mask.buf != NULL);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, NH);
-  cf_arg_int(&L, T);
-  cf_arg_float(&L, (float)(1.0 / sqrt((double)HS)));
-  arg_dropout(&L, drop);
-  size_t local = row_local(ctx, T), global = BNH * T * local;
-  CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  CF_TRY(cf_attention_softmax_forward_launch(ctx, att, pdrop, key_mask, B, NH, T, (float)(1.0 / sqrt((double)HS)),
+                                             drop));
 
   /* y = P_drop.v, then back to token rows */
   CF_TRY(cf_gemm_batched(ctx, 0, 0, T, HS, T, 1.0f, drop.p > 0.0f ? pdrop : att, T, TT, v, HS, T * HS, 0.0f, y, HS,
@@ -122,7 +155,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     cf_arg_uint(&L, drop.seed);
     cf_arg_uint(&L, drop.step);
     cf_arg_uint(&L, drop.tensor_id);
-    size_t local = 64, global = ((size_t)n + 3) / 4;
+    size_t local = 16, global = ((size_t)n + 63) / 64;  /* 64 elements per item */
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
     pd = datt;
   }
@@ -130,17 +163,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
   /* dP_drop = dy.v^T */
   CF_TRY(cf_gemm_batched(ctx, 0, 1, T, T, HS, 1.0f, dy, HS, T * HS, v, HS, T * HS, 0.0f, datt, T, TT, BNH));
 
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "attention", "attention_softmax_backward");
-  cf_arg_mem(&L, datt);
-  cf_arg_mem(&L, att);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, NH);
-  cf_arg_int(&L, T);
-  cf_arg_float(&L, (float)(1.0 / sqrt((double)HS)));
-  arg_dropout(&L, drop);
-  size_t local = row_local(ctx, T), global = BNH * T * local;
-  CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  CF_TRY(cf_attention_softmax_backward_launch(ctx, datt, att, B, NH, T, (float)(1.0 / sqrt((double)HS)), drop));
 
   /* dq = dpreatt.k (overwrites dy, no longer needed), dk = dpreatt^T.q */
   CF_TRY(cf_gemm_batched(ctx, 0, 0, T, HS, T, 1.0f, datt, T, TT, k, HS, T * HS, 0.0f, dq, HS, T * HS, BNH));

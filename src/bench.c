@@ -34,6 +34,11 @@
 
 /* from dropout.c: out = in * mask * scale */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
+/* from attention.c: the softmax launches */
+cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
+                                              int NH, int T, float scale, cf_attn_dropout drop);
+cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
+                                               float scale, cf_attn_dropout drop);
 
 /* Until src/bench_gemm.c is in the tree: a weak stand-in. Compiled out as soon as that file exists,
  * because a static archive never extracts a member to override a weak definition it already has
@@ -162,31 +167,14 @@ static cf_status op_global_norm(bench *s) {
   return cf_global_norm(s->ctx, cf_at(s->dw, 0), cf_at(s->a, 0), s->n, cf_at(s->c, 0));
 }
 
-/* The softmax kernels of cl/attention.cl, launched as src/attention.c does. */
+/* The softmax kernels of cl/attention.cl, through src/attention.c's launchers. */
 static cf_status softmax_launch(bench *s, int backward, float p) {
-  size_t local = 1;
-  while (local < (size_t)s->T && local < cf_context_wg(s->ctx)) local *= 2;
-  size_t global = (size_t)s->B * s->NH * s->T * local;
-  cf_launch L;
-  cf_launch_begin(&L, s->ctx, "attention", backward ? "attention_softmax_backward" : "attention_softmax_forward");
-  cf_arg_mem(&L, cf_at(s->att, 0));
-  if (backward) {
-    cf_arg_mem(&L, cf_at(s->att2, 0));
-  } else {
-    cf_arg_mem(&L, cf_at(s->att2, 0));
-    cf_arg_mem(&L, cf_at(s->att2, 0));
-    cf_arg_int(&L, 0);
-  }
-  cf_arg_int(&L, s->B);
-  cf_arg_int(&L, s->NH);
-  cf_arg_int(&L, s->T);
-  cf_arg_float(&L, 0.125f);
-  cf_arg_float(&L, p);
-  cf_arg_float(&L, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f);
-  cf_arg_uint(&L, 1234u);
-  cf_arg_uint(&L, 7u);
-  cf_arg_uint(&L, 3u);
-  return cf_launch_run(&L, 1, &global, &local);
+  cf_attn_dropout d = {p, 1234u, 7u, 3u};
+  if (backward)
+    return cf_attention_softmax_backward_launch(s->ctx, cf_at(s->att, 0), cf_at(s->att2, 0), s->B, s->NH, s->T,
+                                                0.125f, d);
+  return cf_attention_softmax_forward_launch(s->ctx, cf_at(s->att, 0), cf_at(s->att2, 0), cf_at(NULL, 0), s->B,
+                                             s->NH, s->T, 0.125f, d);
 }
 static cf_status op_softmax_fwd(bench *s) { return softmax_launch(s, 0, 0.0f); }
 static cf_status op_softmax_fwd_drop(bench *s) { return softmax_launch(s, 0, 0.1f); }
