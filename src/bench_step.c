@@ -292,11 +292,6 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
     s.in[i] = (int)(x & 255);
     s.tg[i] = (int)((x >> 8) & 255);
   }
-  if (o->vs_torch) {  /* start it first: importing torch takes a while, overlapping our set-up */
-    st = torch_start(&tc, cfg, o);
-    if (st != CF_OK) goto done;
-  }
-
   double t_model0 = cf_now();
   if ((st = cf_model_create(ctx, cfg, B, T, &s.m)) != CF_OK) goto done;
   if ((st = cf_model_init(s.m, cfg->seed)) != CF_OK) goto done;
@@ -310,6 +305,10 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   cf_cache_stats cache = cf_context_cache_stats(ctx);
   for (int i = 1; i < warmup && st == CF_OK; i++) st = one_step(ctx, &s);
   if (st != CF_OK) goto done;
+  if (o->vs_torch) {  /* after our start-up, which it would otherwise slow down */
+    st = torch_start(&tc, cfg, o);
+    if (st != CF_OK) goto done;
+  }
 
   size_t params = cf_model_num_params(s.m);
   double flops = cf_bench_step_flops(cfg);

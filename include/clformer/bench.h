@@ -18,7 +18,7 @@ typedef struct cf_bench_step_options {
   int warmup;             /* untimed steps before them, the first included (default 3) */
   int profile_steps;      /* further steps recorded for the per-operation breakdown (default 3) */
   int vs_torch;           /* also time tools/torch_step.py, interleaved, and print the ratio */
-  int torch_threads;      /* torch's thread count; 0: the CPUs this process may use */
+  int torch_threads;      /* torch's thread count; 0: torch's own default */
   const char *torch_script;  /* NULL: found beside the executable (../tools) or in ./tools */
   double t_start;         /* cf_now() at the command's start, for the start-up time; 0: not reported */
   double t_context;       /* cf_now() once the context was created */
