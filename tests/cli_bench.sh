@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `clformer bench`: step, kernels --only and --json produce well-formed JSON with the documented
+# fields (schema at the top of src/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
+# refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
+set -u
+bin=$1; src=$2
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
+py=python3
+small=(--set model.layers=1 --set model.d_model=32 --set model.heads=2 --set model.d_ff=64
+       --set data.seq_len=16 --set data.batch_size=4)
+
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+# Checks a JSON file against the documented keys; prints the missing ones.
+check_json() {  # file, then what: step | kernels
+  "$py" - "$1" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+need = {"": ["schema", "clformer_version", "host", "device"],
+        "device": ["name", "platform", "platform_version", "driver", "type", "compute_units"],
+        "host": ["cpu", "cpus"]}
+if sys.argv[2] == "step":
+    need[""].append("step")
+    need["step"] = ["model", "gemm", "warmup", "steps", "step_ms", "tokens_per_s", "flops_per_step", "gflops",
+                    "startup", "breakdown", "torch"]
+    need["step.step_ms"] = ["median", "min", "max"]
+    need["step.startup"] = ["context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"]
+    need["step.breakdown"] = ["steps", "step_ms", "device_ms", "gemm_ms", "ops"]
+    need["step.model"] = ["norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size", "params"]
+else:
+    need[""].append("kernels")
+    need["kernels"] = ["copy", "method", "results"]
+missing = []
+for path, keys in need.items():
+    o = d
+    for p in filter(None, path.split(".")):
+        o = o[p]
+    missing += [f"{path}.{k}" for k in keys if k not in o]
+if sys.argv[2] == "step":
+    s = d["step"]
+    if s["steps"] < 10: missing.append("steps >= 10")
+    if not (0 < s["step_ms"]["min"] <= s["step_ms"]["median"] <= s["step_ms"]["max"]): missing.append("min<=median<=max")
+    if abs(s["tokens_per_s"] - 64 / (s["step_ms"]["median"] * 1e-3)) > 1e-3 * s["tokens_per_s"]: missing.append("tokens/s")
+    # 6 N P + 12 L B T^2 C with N 64, P = 4*32^2 + 2*32*64 + 256*32, L 1, B 4, T 16, C 32
+    if s["flops_per_step"] != 6 * 64 * (4 * 32 * 32 + 2 * 32 * 64 + 256 * 32) + 12 * 4 * 16 * 16 * 32:
+        missing.append("flops_per_step")
+    ops = s["breakdown"]["ops"]
+    names = [o["name"] for o in ops]
+    if not any(n.startswith("gemm") or n.startswith("clblast") for n in names): missing.append("GEMM in breakdown")
+    if not any("layernorm" in n for n in names): missing.append("layernorm in breakdown")
+    if any(ops[i]["ms"] < ops[i + 1]["ms"] for i in range(len(ops) - 1)): missing.append("ops sorted")
+    if abs(sum(o["ms"] for o in ops) - s["breakdown"]["device_ms"]) > 1e-2: missing.append("device_ms = sum")
+else:
+    r = d["kernels"]["results"]
+    if not r or any("adam" not in x["kernel"] for x in r): missing.append("--only adam rows")
+print(" ".join(missing))
+sys.exit(1 if missing else 0)
+EOF
+}
+
+out=$("$bin" bench step "${small[@]}" --steps 10 --warmup 2 --json "$tmp/a.json" 2>&1); rc=$?
+miss=$(check_json "$tmp/a.json" step 2>&1)
+if [[ $rc -eq 0 && -z "$miss" && "$out" == *"tokens/s"* && "$out" == *"GEMM total"* ]]; then ok "bench step: JSON fields, FLOP count, breakdown"
+else bad "bench step rc=$rc missing: $miss"; echo "$out"; fi
+
+# --json -: the JSON alone on stdout, the tables on stderr
+"$bin" bench step "${small[@]}" --steps 10 --warmup 1 --json - >"$tmp/b.json" 2>"$tmp/b.err"; rc=$?
+miss=$(check_json "$tmp/b.json" step 2>&1)
+if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/b.err") == *"step time"* ]]; then ok "bench step --json - keeps stdout pure JSON"
+else bad "bench step --json - rc=$rc missing: $miss"; fi
+
+out=$("$bin" bench kernels --only adam --repeat 3 --json "$tmp/k.json" 2>&1); rc=$?
+miss=$(check_json "$tmp/k.json" kernels 2>&1)
+if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; else bad "bench kernels rc=$rc missing: $miss"; echo "$out"; fi
+
+"$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?
+if [[ $rc -eq 2 ]]; then ok "--steps below 10 refused"; else bad "--steps 3 gave rc=$rc"; fi
+"$bin" bench stepp >/dev/null 2>&1; rc=$?
+if [[ $rc -eq 2 ]]; then ok "unknown benchmark refused"; else bad "bench stepp gave rc=$rc"; fi
+
+table=$("$py" "$src/tools/compare_bench.py" "$tmp/a.json" "$tmp/k.json" --labels one,two); rc=$?
+header=$(head -1 <<<"$table")
+if [[ $rc -eq 0 && "$header" == "| | one | two |" && "$table" == *"| tokens/s |"*" | - |"* && "$table" == *"adam"* ]] &&
+   ! grep -qv '^|' <<<"$table"; then ok "compare_bench.py renders two files as one table"
+else bad "compare_bench.py rc=$rc"; echo "$table"; fi
+
+torch_py=/usr/bin/python3
+if "$torch_py" -c "import torch, yaml" 2>/dev/null; then
+  out=$("$bin" bench step "${small[@]}" --steps 10 --warmup 1 --vs-torch --torch-script "$src/tools/torch_step.py" \
+        --json "$tmp/t.json" 2>&1); rc=$?
+  ratio=$("$py" -c "import json,sys; t=json.load(open(sys.argv[1]))['step']['torch']; print(t['clformer_vs_torch'] > 0 and t['setup']['params'] == json.load(open(sys.argv[1]))['step']['model']['params'])" "$tmp/t.json" 2>&1)
+  if [[ $rc -eq 0 && "$ratio" == True && "$out" == *"clformer / torch speed"* ]]; then ok "--vs-torch: same parameter count, ratio"
+  else bad "--vs-torch rc=$rc ($ratio)"; echo "$out"; fi
+else
+  echo "skip --vs-torch: no torch in $torch_py"
+fi
+exit $fail
