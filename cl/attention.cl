@@ -84,23 +84,39 @@ inline float att_hmax16(float16 v) {
   return fmax(c.x, c.y);
 }
 
-// dst[j] = src[j] * dropout factor of flat element base + j, for j < n (dst may be src). When base
-// is a multiple of 4, 64 entries (16 Philox groups) at a time in 16-lane vectors; else group by group.
-inline void att_dropout_row(__global float *dst, __global const float *src, uint base, int n, float p,
-                            float inv_keep, uint seed, uint step, uint tensor_id) {
+// exp(x) for x <= 0 in plain vector arithmetic (PoCL's exp on float16 does not vectorise):
+// 2^n * 2^f with n = round(x log2 e), |f| <= 1/2, 2^f by its degree-7 Taylor polynomial (relative
+// error < 1e-7 against the float exp's 6e-8). Below 2^-125 the result is that tiny, not 0.
+inline float16 att_exp16(float16 x) {
+  float16 y = fmax(x * 1.44269504088896f, (float16)(-125.0f));
+  float16 n = rint(y), f = (y - n) * 0.693147180559945f;
+  float16 q = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
+                                                                                       f * (1.0f / 5040)))))));
+  return q * as_float16((convert_int16(n) + 127) << 23);
+}
+
+#define ATT_LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
+// dst[j] = src[j] * dropout factor of flat element base + j, for at least j < n and at most
+// j < T (dst may be src; entries n <= j < T may be scaled too: the callers overwrite them or
+// know them 0). When base is a multiple of 4, 64 entries (16 Philox groups) at a time in 16-lane
+// vectors, else group by group. Returns the end of what it wrote.
+inline int att_dropout_row(__global float *dst, __global const float *src, uint base, int n, int T, float p,
+                           float inv_keep, uint seed, uint step, uint tensor_id) {
   int j = 0;
   if (base % 4u == 0u) {
     for (; j < n; j += 64) {
       float16 f[4];
       cf_dropout_factors64(seed, step, tensor_id, (base + (uint)j) / 4u, p, inv_keep, f);
-      if (j + 64 <= n) {
+      if (j + 64 <= T) {
         for (int k = 0; k < 4; k++) vstore16(vload16(k, src + j) * f[k], k, dst + j);
       } else {
         __private const float *fs = (__private const float *)f;
         for (int k = 0; j + k < n; k++) dst[j + k] = src[j + k] * fs[k];
+        return n;
       }
     }
-    return;
+    return j;
   }
   while (j < n) {
     uint i = base + (uint)j;
@@ -108,20 +124,29 @@ inline void att_dropout_row(__global float *dst, __global const float *src, uint
     float fj[4] = {f.x, f.y, f.z, f.w};
     for (uint k = i % 4u; k < 4u && j < n; k++, j++) dst[j] = src[j] * fj[k];
   }
+  return n;
+}
+
+// dst[j] = 0 for from <= j < T.
+inline void att_zero(__global float *dst, int from, int T) {
+  int j = from;
+  for (; j + 16 <= T; j += 16) vstore16((float16)(0.0f), 0, dst + j);
+  for (; j < T; j++) dst[j] = 0.0f;
 }
 
 // att (B, NH, T, T) holds q.k^T on entry and the probabilities P = softmax(scale * q.k^T) over the
 // keys j <= t with key_mask[b, j] != 0 on exit; every other entry is written 0, and a row without
 // any valid key is all 0. When p > 0, also pdrop = P * dropout mask / (1-p). One row per item:
 // max, then the exponentials written in place and summed, then the normalisation (the row stays
-// in cache between the passes).
+// in cache between the passes). The 16-float chunks that straddle the diagonal are masked by lane.
 __kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
                                         __global const int *key_mask, uint key_mask_off, int has_mask,
                                         int B, int NH, int T, float scale,
                                         float p, float inv_keep, uint seed, uint step, uint tensor_id) {
   int row = get_global_id(0);
   if (row >= B * NH * T) return;
-  int t = row % T, b = row / (NH * T), n = t + 1, n16 = n / 16 * 16;
+  int t = row % T, b = row / (NH * T), n = t + 1, T16 = T / 16 * 16;
+  int nv = min((n + 15) / 16 * 16, T16);  // the vector part: chunks holding causal entries
   __global float *a = att + att_off + (size_t)row * T;
   __global const int *km = key_mask + key_mask_off + (size_t)b * T;
 
@@ -137,18 +162,18 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
       }
   } else {
     float16 m16 = (float16)(-INFINITY);
-    for (int j = 0; j < n16; j += 16) m16 = fmax(m16, vload16(0, a + j));
+    for (int j = 0; j < nv; j += 16) m16 = fmax(m16, select((float16)(-INFINITY), vload16(0, a + j), j + ATT_LANES < n));
     m = att_hmax16(m16);
-    for (int j = n16; j < n; j++) m = fmax(m, a[j]);
+    for (int j = nv; j < n; j++) m = fmax(m, a[j]);
     if (m > -INFINITY) {
       float16 s16 = (float16)(0.0f);
-      for (int j = 0; j < n16; j += 16) {
-        float16 e = exp((vload16(0, a + j) - m) * scale);
+      for (int j = 0; j < nv; j += 16) {
+        float16 e = select((float16)(0.0f), att_exp16((vload16(0, a + j) - m) * scale), j + ATT_LANES < n);
         vstore16(e, 0, a + j);
         s16 += e;
       }
       sum = att_hsum16(s16);
-      for (int j = n16; j < n; j++) {
+      for (int j = nv; j < n; j++) {
         float e = exp((a[j] - m) * scale);
         a[j] = e;
         sum += e;
@@ -156,18 +181,23 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
     }
   }
   float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  int end = n;  // a[end..T) is zeroed below
   if (inv > 0.0f) {
-    for (int j = 0; j < n16; j += 16) vstore16(vload16(0, a + j) * inv, 0, a + j);
-    for (int j = n16; j < n; j++) a[j] *= inv;
+    if (!has_mask) {  // the vector part holds the exponentials, 0 past the diagonal
+      for (int j = 0; j < nv; j += 16) vstore16(vload16(0, a + j) * inv, 0, a + j);
+      for (int j = nv; j < n; j++) a[j] *= inv;
+      end = max(nv, n);
+    } else {
+      for (int j = 0; j < n; j++) a[j] *= inv;
+    }
   } else {
-    for (int j = 0; j < n; j++) a[j] = 0.0f;
+    end = 0;
   }
-  for (int j = n; j < T; j++) a[j] = 0.0f;
+  att_zero(a, end, T);
 
   if (p > 0.0f) {
     __global float *pd = pdrop + pdrop_off + (size_t)row * T;
-    att_dropout_row(pd, a, (uint)row * (uint)T, n, p, inv_keep, seed, step, tensor_id);
-    for (int j = n; j < T; j++) pd[j] = 0.0f;
+    att_zero(pd, att_dropout_row(pd, a, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id), T);
   }
 }
 
@@ -179,18 +209,22 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
                                          float p, float inv_keep, uint seed, uint step, uint tensor_id) {
   int row = get_global_id(0);
   if (row >= B * NH * T) return;
-  int t = row % T, n = t + 1, n16 = n / 16 * 16;
+  int t = row % T, n = t + 1, T16 = T / 16 * 16;
+  int nv = min((n + 15) / 16 * 16, T16);
   __global float *g = datt + datt_off + (size_t)row * T;
   __global const float *a = att + att_off + (size_t)row * T;
 
-  if (p > 0.0f) att_dropout_row(g, g, (uint)row * (uint)T, n, p, inv_keep, seed, step, tensor_id);
+  if (p > 0.0f) att_dropout_row(g, g, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id);
   float16 d16 = (float16)(0.0f);
-  for (int j = 0; j < n16; j += 16) d16 += vload16(0, a + j) * vload16(0, g + j);
+  for (int j = 0; j < nv; j += 16)
+    d16 += select((float16)(0.0f), vload16(0, a + j) * vload16(0, g + j), j + ATT_LANES < n);
   float dot = att_hsum16(d16);
-  for (int j = n16; j < n; j++) dot += a[j] * g[j];
-  for (int j = 0; j < n16; j += 16) vstore16(scale * vload16(0, a + j) * (vload16(0, g + j) - dot), 0, g + j);
-  for (int j = n16; j < n; j++) g[j] = scale * a[j] * (g[j] - dot);
-  for (int j = n; j < T; j++) g[j] = 0.0f;
+  for (int j = nv; j < n; j++) dot += a[j] * g[j];
+  for (int j = 0; j < nv; j += 16)
+    vstore16(select((float16)(0.0f), scale * vload16(0, a + j) * (vload16(0, g + j) - dot), j + ATT_LANES < n), 0,
+             g + j);
+  for (int j = nv; j < n; j++) g[j] = scale * a[j] * (g[j] - dot);
+  att_zero(g, max(nv, n), T);
 }
 
 #else  // one work-group per row

@@ -55,7 +55,7 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
  * one work-group per row, its local size a power of two, at most CF_WG, not much above T. */
 static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_t *local) {
   if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
-    *local = 8;
+    *local = 16;
     *global = (size_t)rows;
     return;
   }
