@@ -202,7 +202,7 @@ static double parse_field(const char *s, int *ok) {
   return *ok ? v : NAN;
 }
 
-static void read_run(const spec *s, const char *dir, double entropy, run_rec *r) {
+static void read_run(const spec *s, const cf_config *cfg, const char *dir, double entropy, run_rec *r) {
   memset(r, 0, sizeof *r);
   r->final_valid = r->best_valid = NAN;
   r->step_to_target = -1;
@@ -235,8 +235,6 @@ static void read_run(const spec *s, const char *dir, double entropy, run_rec *r)
     r->train[r->n] = parse_field(f[2], &ok);
     r->valid[r->n] = parse_field(f[3], &ok);
     r->wall_s = parse_field(f[6], &ok);
-    double tps = parse_field(f[5], &ok);
-    if (ok) r->tokens_per_s = tps;
     double v = r->valid[r->n];
     if (isfinite(v)) {
       r->final_valid = v;
@@ -247,6 +245,8 @@ static void read_run(const spec *s, const char *dir, double entropy, run_rec *r)
     r->n++;
   }
   free(text);
+  /* the run's average speed (a resumed run's wall time spans its sessions) */
+  r->tokens_per_s = r->wall_s > 0 ? (double)r->steps_done * cfg->data.batch_size * cfg->data.seq_len / r->wall_s : NAN;
   r->present = 1;
   r->diverged = !strcmp(status, "diverged");
   r->plateaued = !r->diverged && r->steps_done >= s->plateau_after && isfinite(r->final_valid) &&
@@ -379,7 +379,7 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   if (!isfinite(lo)) { lo = 0; hi = 6; }
   hi = fmin(fmax(hi, entropy + 0.3), 6.0);
   lo = fmax(0, lo - 0.1);
-  svg_panel top = {80, 40, W - 110, 420, log_steps ? 1 : 0, maxstep, lo, hi, log_steps, 0,
+  svg_panel top = {95, 40, W - 125, 420, log_steps ? 1 : 0, maxstep, lo, hi, log_steps, 0,
                    "Validation loss (solid) and training loss (light) per variant", log_steps ? "step (log scale)" : "step",
                    "loss (nats per byte)", 0};
   size_t longest = 0;
@@ -414,7 +414,7 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   /* the learning-rate schedules, computed from each variant's config */
   double lrmax = 0;
   for (int i = 0; i < s->nv; i++) lrmax = fmax(lrmax, s->v[i].cfg.optim.lr);
-  svg_panel bot = {80, 540, W - 110, 170, log_steps ? 1 : 0, maxstep, 0, lrmax * 1.1, log_steps, 0, "Learning-rate schedule",
+  svg_panel bot = {95, 540, W - 125, 170, log_steps ? 1 : 0, maxstep, 0, lrmax * 1.1, log_steps, 0, "Learning-rate schedule",
                    "step", "learning rate", 0};
   svg_axes(f, &bot);
   int np = 400;
@@ -637,7 +637,7 @@ int cmd_compare(int argc, char **argv) {
     for (int k = 0; k < s.seeds; k++) {
       char dir[1200];
       run_dir(&s, i, k, dir, sizeof dir);
-      read_run(&s, dir, entropy, &runs[i][k]);
+      read_run(&s, &s.v[i].cfg, dir, entropy, &runs[i][k]);
     }
   }
   cf_status rs = write_report(&s, runs, entropy, log_steps);

@@ -95,7 +95,7 @@ void svg_axes(FILE *f, const svg_panel *p) {
   if (p->xlabel) svg_text(f, p->x + p->w / 2, p->y + p->h + 34, p->xlabel, 12, "middle");
   if (p->ylabel) {
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">",
-            p->x - 48, p->y + p->h / 2, p->x - 48, p->y + p->h / 2);
+            p->x - 62, p->y + p->h / 2, p->x - 62, p->y + p->h / 2);
     escape(f, p->ylabel);
     fputs("</text>\n", f);
   }
