@@ -608,8 +608,8 @@ int cmd_compare(int argc, char **argv) {
         char dir[1200], status[32], label[200];
         run_dir(&s, i, k, dir, sizeof dir);
         run_status(dir, status, sizeof status);
-        snprintf(label, sizeof label, "[%d/%d %s%s%.0d]", idx, total, s.v[i].name, s.seeds > 1 ? " seed" : "",
-                 s.seeds > 1 ? k : 0);
+        if (s.seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed%d]", idx, total, s.v[i].name, k);
+        else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s.v[i].name);
         if (!strcmp(status, "finished") || !strcmp(status, "diverged")) {
           printf("%s already %s: skipped\n", label, status);
           continue;

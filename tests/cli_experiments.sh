@@ -29,7 +29,7 @@ out=$("$bin" compare cmp.yaml --seeds 2 2>&1); rc=$?
 for f in summary.md summary.json curves.svg post/seed0/metrics.csv post/seed1/metrics.csv pre/seed0/run.json; do
   [[ -s cmp-out/$f ]] || bad "cmp-out/$f missing"
 done
-[[ "$out" == *"[4/4 pre seed1]"* ]] && ok "progress names variant and seed" || bad "progress: $out"
+[[ "$out" == *"[4/4 pre seed1]"* && "$out" == *"[1/4 post seed0]"* ]] && ok "progress names variant and seed" || bad "progress: $out"
 python3 - <<'PY' && ok "summary.json is well formed and matches every run's metrics.csv" || bad "summary.json vs metrics"
 import csv, json, math, xml.etree.ElementTree as ET
 s = json.load(open("cmp-out/summary.json"))
