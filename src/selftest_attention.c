@@ -4,16 +4,8 @@
 #include <stdlib.h>
 #include "clformer/attention.h"
 #include "clformer/buffer.h"
+#include "clformer/selftest.h"
 #include "internal.h"
-
-/* splitmix64, so the self-test needs nothing from the tests */
-static float rnd(unsigned long long *s) {
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
 
 cf_status cf_selftest_attention(cf_context *ctx, cf_selftest *t) {
   enum { B = 2, T = 7, C = 12, NH = 3 };
@@ -35,8 +27,8 @@ cf_status cf_selftest_attention(cf_context *ctx, cf_selftest *t) {
     goto done;
   }
   unsigned long long s = 0xa77e7710;
-  for (size_t i = 0; i < nin; i++) inp[i] = 1.5f * rnd(&s);
-  for (size_t i = 0; i < nout; i++) dout[i] = rnd(&s);
+  for (size_t i = 0; i < nin; i++) inp[i] = 1.5f * cf_selftest_random(&s);
+  for (size_t i = 0; i < nout; i++) dout[i] = cf_selftest_random(&s);
 
   if ((st = cf_buffer_create(ctx, nin * 4, &d_inp)) || (st = cf_buffer_create(ctx, nout * 4, &d_dout)) ||
       (st = cf_buffer_create(ctx, sizeof mask, &d_mask)) || (st = cf_buffer_create(ctx, nout * 4, &d_out)) ||

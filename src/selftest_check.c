@@ -27,3 +27,11 @@ int cf_selftest_check(cf_selftest *t, const char *op, const float *out, const do
   }
   return pass;
 }
+
+float cf_selftest_random(unsigned long long *state) {
+  unsigned long long z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}

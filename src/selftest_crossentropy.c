@@ -4,19 +4,12 @@
 #include <stdlib.h>
 #include "clformer/buffer.h"
 #include "clformer/crossentropy.h"
+#include "clformer/selftest.h"
 #include "internal.h"
 
 enum { N = 7, V = 37, IGNORE = -100 };
 enum { TGT = 0, LOGITS = TGT + N, LOSSES = LOGITS + N * V, LOSS = LOSSES + N, DLOGITS = LOSS + 1,
        TOTAL = DLOGITS + N * V };
-
-static float rnd(unsigned long long *s) {  /* splitmix64 in [-1, 1) */
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
 
 cf_status cf_selftest_crossentropy(cf_context *ctx, cf_selftest *t) {
   float *h = malloc(TOTAL * sizeof *h);
@@ -26,7 +19,7 @@ cf_status cf_selftest_crossentropy(cf_context *ctx, cf_selftest *t) {
   if (!h || !ref) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   int tgt[N] = {5, 36, IGNORE, 0, 17, 5, 22};
   unsigned long long s = 0xc055e47;
-  for (int i = 0; i < TOTAL; i++) h[i] = 5.0f * rnd(&s);
+  for (int i = 0; i < TOTAL; i++) h[i] = 5.0f * cf_selftest_random(&s);
   const float eps = 0.1f;
   int count = cf_crossentropy_count(tgt, N, IGNORE);
   if ((st = cf_buffer_create(ctx, TOTAL * sizeof(float), &d)) || (st = cf_write(ctx, cf_at(d, 0), h, TOTAL)) ||

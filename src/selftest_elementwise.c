@@ -4,6 +4,7 @@
 #include <string.h>
 #include "clformer/buffer.h"
 #include "clformer/elementwise.h"
+#include "clformer/selftest.h"
 #include "internal.h"
 
 enum { N = 6, C = 29, NC = N * C };
@@ -19,14 +20,6 @@ typedef struct st_state {
   double t0;
   int warm;  /* a first pass that builds and warms every kernel: no rows */
 } st_state;
-
-static float rnd(unsigned long long *s) {  /* splitmix64 -> [-1, 1) */
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 40) / 8388608.0 - 1.0);
-}
 
 static cf_mem at(st_state *S, size_t off) { return cf_at(S->buf, off); }
 
@@ -147,7 +140,7 @@ cf_status cf_selftest_elementwise(cf_context *ctx, cf_selftest *t) {
   cf_status st = CF_OK;
   if (!S.h || !S.got || !S.ref) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   unsigned long long s = 0x656c74;
-  for (int i = 0; i < TOTAL; i++) S.h[i] = rnd(&s);
+  for (int i = 0; i < TOTAL; i++) S.h[i] = cf_selftest_random(&s);
   for (int i = 0; i < NC; i++) S.h[A + i] *= 4.0f;  /* activations see [-4, 4) */
   st = cf_buffer_create(ctx, TOTAL * sizeof(float), &S.buf);
   /* the first pass pays for program builds; the second is checked and timed */

@@ -5,20 +5,13 @@
 #include <stdlib.h>
 #include "clformer/buffer.h"
 #include "clformer/embedding.h"
+#include "clformer/selftest.h"
 #include "internal.h"
 
 enum { B = 2, T = 5, TMAX = 6, C = 13, V = 11, N = B * T };
 /* offsets in the device buffer and in the host mirror h (floats; tokens stored as int bits) */
 enum { TOK = 0, WTE = TOK + N, WPE = WTE + V * C, DOUT = WPE + TMAX * C, OUT = DOUT + N * C, OUT2 = OUT + N * C,
        DWTE = OUT2 + N * C, DWPE = DWTE + V * C, TOTAL = DWPE + TMAX * C };
-
-static float rnd(unsigned long long *s) {  /* splitmix64 in [-1, 1) */
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
 
 cf_status cf_selftest_embedding(cf_context *ctx, cf_selftest *t) {
   float *h = malloc(TOTAL * sizeof *h);
@@ -28,7 +21,7 @@ cf_status cf_selftest_embedding(cf_context *ctx, cf_selftest *t) {
   if (!h || !ref) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   int tok[N] = {3, 7, 3, 0, 10, 3, 3, 9, 0, 7};  /* repeats within and across sequences */
   unsigned long long s = 0xe3bedd1a;
-  for (int i = 0; i < TOTAL; i++) h[i] = rnd(&s);
+  for (int i = 0; i < TOTAL; i++) h[i] = cf_selftest_random(&s);
   float scale = sqrtf((float)C);
   if ((st = cf_buffer_create(ctx, TOTAL * sizeof(float), &d)) || (st = cf_write(ctx, cf_at(d, 0), h, TOTAL)) ||
       (st = cf_write(ctx, cf_at(d, TOK), tok, N)))

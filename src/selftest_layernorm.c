@@ -4,15 +4,8 @@
 #include <string.h>
 #include "clformer/buffer.h"
 #include "clformer/layernorm.h"
+#include "clformer/selftest.h"
 #include "internal.h"
-
-static float rnd(unsigned long long *s) {  /* splitmix64 -> [-1, 1) */
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 40) / 8388608.0 - 1.0);
-}
 
 cf_status cf_selftest_layernorm(cf_context *ctx, cf_selftest *t) {
   enum { N = 5, C = 37 };
@@ -28,7 +21,7 @@ cf_status cf_selftest_layernorm(cf_context *ctx, cf_selftest *t) {
   cf_status st = CF_OK;
   if (!h || !ref || !got) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   unsigned long long s = 0x4c4e;
-  for (int i = 0; i < OUT; i++) h[i] = rnd(&s);
+  for (int i = 0; i < OUT; i++) h[i] = cf_selftest_random(&s);
   for (int i = 0; i < N * C; i++) h[INP + i] = 2.0f * h[INP + i] + 0.5f;  /* off-centre rows */
   st = cf_buffer_create(ctx, TOTAL * sizeof(float), &buf);
   if (st == CF_OK) st = cf_write(ctx, cf_at(buf, 0), h, OUT);

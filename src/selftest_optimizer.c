@@ -5,20 +5,13 @@
 #include <stdlib.h>
 #include "clformer/buffer.h"
 #include "clformer/optimizer.h"
+#include "clformer/selftest.h"
 #include "internal.h"
 
 enum { NP = 301, NSEG = 4, NSCRATCH = 2048 };
 /* P, M, VV adjacent so one comparison covers an Adam step's three outputs; the same for SGD's P2, BUF */
 enum { P = 0, M = P + NP, VV = M + NP, G = VV + NP, P2 = G + NP, BUF = P2 + NP, X = BUF + NP, NORM = X + NP,
        SEGS = NORM + 1, SCRATCH = SEGS + NSEG, TOTAL = SCRATCH + NSCRATCH };
-
-static float rnd(unsigned long long *s) {  /* splitmix64 in [-1, 1) */
-  unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
 
 /* One clipped Adam (or AdamW) step from the state in h; P, M, VV on the device are reset first. */
 static cf_status adam_row(cf_context *ctx, cf_selftest *t, cl_mem d, const float *h, float *o, double *ref,
@@ -46,7 +39,7 @@ cf_status cf_selftest_optimizer(cf_context *ctx, cf_selftest *t) {
   cf_status st = CF_OK;
   if (!h || !o || !ref) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   unsigned long long s = 0x0971312e;
-  for (int i = 0; i < TOTAL; i++) h[i] = rnd(&s);
+  for (int i = 0; i < TOTAL; i++) h[i] = cf_selftest_random(&s);
   for (int i = VV; i < VV + NP; i++) h[i] = 0.01f * (h[i] + 1.0f);  /* second moments are >= 0 */
   size_t offs[NSEG] = {0, 1, 40, 300}, counts[NSEG] = {1, 39, 260, 1};
   if (cf_segment_norms_scratch_floats(counts, NSEG) > NSCRATCH || cf_norm_scratch_floats(NP) > NSCRATCH) {

@@ -25,6 +25,9 @@ typedef struct cf_selftest {
 int cf_selftest_check(cf_selftest *t, const char *op, const float *out, const double *ref, size_t n,
                       double atol, double rtol, double ms);
 
+/* Deterministic inputs for the self-tests: splitmix64, uniform in [-1, 1). */
+float cf_selftest_random(unsigned long long *state);
+
 /* Every family's self-test plus GEMM, in one table. CF_OK unless OpenCL itself failed. */
 cf_status cf_selftest_run(cf_context *ctx, cf_selftest *t);
 int cf_selftest_failures(const cf_selftest *t);
