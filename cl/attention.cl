@@ -4,6 +4,7 @@
 // Every pointer comes with an element offset. Flat indices are int: tensors < 2^31 elements.
 #include "philox.clh"
 #include "dropout.clh"
+#include "vecmath.clh"
 
 // ---------- layout ----------
 
@@ -69,31 +70,6 @@ __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global 
 // (b, h, t) per work-item instead, walking it with 16-float vectors; same arguments, same
 // results up to the order of the sums (fixed, so still deterministic). The host launches
 // B*NH*T items (src/attention.c).
-
-inline float att_hsum16(float16 v) {
-  float8 a = v.lo + v.hi;
-  float4 b = a.lo + a.hi;
-  float2 c = b.lo + b.hi;
-  return c.x + c.y;
-}
-
-inline float att_hmax16(float16 v) {
-  float8 a = fmax(v.lo, v.hi);
-  float4 b = fmax(a.lo, a.hi);
-  float2 c = fmax(b.lo, b.hi);
-  return fmax(c.x, c.y);
-}
-
-// exp(x) for x <= 0 in plain vector arithmetic (PoCL's exp on float16 does not vectorise):
-// 2^n * 2^f with n = round(x log2 e), |f| <= 1/2, 2^f by its degree-7 Taylor polynomial (relative
-// error < 1e-7 against the float exp's 6e-8). Below 2^-125 the result is that tiny, not 0.
-inline float16 att_exp16(float16 x) {
-  float16 y = fmax(x * 1.44269504088896f, (float16)(-125.0f));
-  float16 n = rint(y), f = (y - n) * 0.693147180559945f;
-  float16 q = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
-                                                                                       f * (1.0f / 5040)))))));
-  return q * as_float16((convert_int16(n) + 127) << 23);
-}
 
 #define ATT_LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
@@ -163,16 +139,16 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
   } else {
     float16 m16 = (float16)(-INFINITY);
     for (int j = 0; j < nv; j += 16) m16 = fmax(m16, select((float16)(-INFINITY), vload16(0, a + j), j + ATT_LANES < n));
-    m = att_hmax16(m16);
+    m = cf_hmax16(m16);
     for (int j = nv; j < n; j++) m = fmax(m, a[j]);
     if (m > -INFINITY) {
       float16 s16 = (float16)(0.0f);
       for (int j = 0; j < nv; j += 16) {
-        float16 e = select((float16)(0.0f), att_exp16((vload16(0, a + j) - m) * scale), j + ATT_LANES < n);
+        float16 e = select((float16)(0.0f), cf_exp16_neg((vload16(0, a + j) - m) * scale), j + ATT_LANES < n);
         vstore16(e, 0, a + j);
         s16 += e;
       }
-      sum = att_hsum16(s16);
+      sum = cf_hsum16(s16);
       for (int j = nv; j < n; j++) {
         float e = exp((a[j] - m) * scale);
         a[j] = e;
@@ -218,7 +194,7 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
   float16 d16 = (float16)(0.0f);
   for (int j = 0; j < nv; j += 16)
     d16 += select((float16)(0.0f), vload16(0, a + j) * vload16(0, g + j), j + ATT_LANES < n);
-  float dot = att_hsum16(d16);
+  float dot = cf_hsum16(d16);
   for (int j = nv; j < n; j++) dot += a[j] * g[j];
   for (int j = 0; j < nv; j += 16)
     vstore16(select((float16)(0.0f), scale * vload16(0, a + j) * (vload16(0, g + j) - dot), j + ATT_LANES < n), 0,

@@ -3,6 +3,100 @@
 // in fixed trees (deterministic).
 // A row counts when 0 <= target < V and target != ignore_index; others get loss 0, grad 0.
 
+#include "vecmath.clh"
+
+#if CF_DEVICE_IS_CPU
+
+// On CPUs one row per work-item (PoCL runs per-row work-groups and barriers slowly), walking the
+// row with 16-float vectors; N items in small groups (the launcher). Same arguments.
+
+// M = max x, S = sum exp(x - M), SX = sum x over a row of V, in a fixed order.
+inline void row_stats1(__global const float *x, int V, float *M, float *S, float *SX) {
+  int V16 = V / 16 * 16;
+  float16 m16 = (float16)(-INFINITY), x16 = (float16)(0.0f);
+  for (int v = 0; v < V16; v += 16) {
+    float16 xv = vload16(0, x + v);
+    m16 = fmax(m16, xv);
+    x16 += xv;
+  }
+  float m = cf_hmax16(m16), sx = cf_hsum16(x16);
+  for (int v = V16; v < V; v++) {
+    m = fmax(m, x[v]);
+    sx += x[v];
+  }
+  float16 s16 = (float16)(0.0f);
+  for (int v = 0; v < V16; v += 16) s16 += cf_exp16_neg(vload16(0, x + v) - m);
+  float s = cf_hsum16(s16);
+  for (int v = V16; v < V; v++) s += exp(x[v] - m);
+  *M = m;
+  *S = s;
+  *SX = sx;
+}
+
+// losses[row] = -sum_v q_v log p_v = (1-eps) * (log S - (x_t - M)) + eps * (log S - (mean x - M)).
+__kernel void crossentropy_forward(__global float *losses, uint losses_off,
+                                   __global const float *logits, uint logits_off,
+                                   __global const int *targets, uint targets_off,
+                                   int V, float eps, int ignore_index, int N) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  int t = targets[targets_off + row];
+  float l = 0.0f;
+  if (t != ignore_index && t >= 0 && t < V) {
+    __global const float *x = logits + logits_off + (size_t)row * V;
+    float M, S, SX;
+    row_stats1(x, V, &M, &S, &SX);
+    float logS = log(S);
+    l = (1.0f - eps) * (logS - (x[t] - M)) + eps * (logS - (SX / (float)V - M));
+  }
+  losses[losses_off + row] = l;
+}
+
+// loss[0] = sum(losses) / count of counted rows (0 when none). One work-item, rows in order.
+__kernel void crossentropy_mean(__global float *loss, uint loss_off,
+                                __global const float *losses, uint losses_off,
+                                __global const int *targets, uint targets_off,
+                                int N, int V, int ignore_index) {
+  if (get_global_id(0) != 0) return;
+  float s = 0.0f;
+  int cnt = 0;
+  for (int n = 0; n < N; n++) {
+    int t = targets[targets_off + n];
+    if (t != ignore_index && t >= 0 && t < V) {
+      s += losses[losses_off + n];
+      cnt++;
+    }
+  }
+  loss[loss_off] = cnt > 0 ? s / (float)cnt : 0.0f;
+}
+
+// dlogits[row, v] = dloss * (p_v - q_v), 0 on ignored rows. dlogits may be logits: the item reads
+// its row (and x[t]) before it writes it.
+__kernel void crossentropy_backward(__global float *dlogits, uint dlogits_off,
+                                    __global const float *logits, uint logits_off,
+                                    __global const int *targets, uint targets_off,
+                                    int V, float eps, int ignore_index, float dloss, int N) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  int t = targets[targets_off + row], V16 = V / 16 * 16;
+  __global float *dx = dlogits + dlogits_off + (size_t)row * V;
+  __global const float *x = logits + logits_off + (size_t)row * V;
+  if (!(t != ignore_index && t >= 0 && t < V)) {
+    for (int v = 0; v < V16; v += 16) vstore16((float16)(0.0f), 0, dx + v);
+    for (int v = V16; v < V; v++) dx[v] = 0.0f;
+    return;
+  }
+  float M, S, SX;
+  row_stats1(x, V, &M, &S, &SX);
+  float invS = 1.0f / S, qoff = eps / (float)V;
+  float pt = exp(x[t] - M) * invS;  // before a write can overwrite x[t]
+  for (int v = 0; v < V16; v += 16) vstore16(dloss * (cf_exp16_neg(vload16(0, x + v) - M) * invS - qoff), 0, dx + v);
+  for (int v = V16; v < V; v++) dx[v] = dloss * (exp(x[v] - M) * invS - qoff);
+  dx[t] = dloss * (pt - (1.0f - eps + qoff));
+}
+
+#else  // one work-group per row
+
 // Row statistics over the group, returned to every work-item: M = max x, S = sum exp(x - M),
 // SX = sum x. Two passes over the row (the second mostly from cache) so that exp runs once per
 // element; fixed trees across the group.
@@ -46,7 +140,8 @@ __kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
 void crossentropy_forward(__global float *losses, uint losses_off,
                           __global const float *logits, uint logits_off,
                           __global const int *targets, uint targets_off,
-                          int V, float eps, int ignore_index) {
+                          int V, float eps, int ignore_index, int N) {
+  (void)N;
   __local float lm[CF_WG], ls[CF_WG], lx[CF_WG];
   int row = get_group_id(0);
   int t = targets[targets_off + row];
@@ -103,7 +198,8 @@ __kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
 void crossentropy_backward(__global float *dlogits, uint dlogits_off,
                            __global const float *logits, uint logits_off,
                            __global const int *targets, uint targets_off,
-                           int V, float eps, int ignore_index, float dloss) {
+                           int V, float eps, int ignore_index, float dloss, int N) {
+  (void)N;
   __local float lm[CF_WG], ls[CF_WG], lx[CF_WG];
   int row = get_group_id(0), lid = get_local_id(0);
   int t = targets[targets_off + row];
@@ -119,3 +215,5 @@ void crossentropy_backward(__global float *dlogits, uint dlogits_off,
     dx[v] = counted ? dloss * (p - q) : 0.0f;
   }
 }
+
+#endif

@@ -15,6 +15,8 @@
  *   bias_act fwd / bwd    3n + C / 3n + 2C (pre is read and rewritten in the forward)
  *   dropout               2n             residual(+dropout)   3n        scale 2n, fill n
  *   adam                  7n (read p, g, m, v; write p, m, v)        global_norm n
+ *   crossentropy fwd/bwd  V = C: read logits (NV) + targets, write losses (N) / read logits, write dlogits (2NV)
+ *                         + targets (N)
  *   softmax fwd           per (b, h): read the causal half T(T+1)/2, write T*T (and T*T more with dropout)
  *   softmax bwd           per (b, h): read datt and att's causal halves T(T+1), write T*T
  *   attention fwd / bwd   GFLOP/s counting the batched GEMMs in full: 4*B*T*T*C / 8*B*T*T*C (+ GB/s of
@@ -68,6 +70,7 @@ typedef struct bench {
   cl_mem a, b, c, d;        /* (N, MAXC) each */
   cl_mem w, bias, dw, db;   /* (MAXC) */
   cl_mem mean, rstd;        /* (N) */
+  cl_mem targets;           /* int (N), cross-entropy targets in [0, 256) */
   cl_mem att, att2;         /* (B, NH, T, T) */
   cl_mem qkv, qkvp, out, scratch;  /* attention, at the largest C */
   cl_mem copy_src, copy_dst;       /* 64 MiB each, while the copy is timed */
@@ -163,6 +166,14 @@ static cf_status op_adam(bench *s) {
   return cf_adam_update(s->ctx, cf_at(s->a, 0), cf_at(s->b, 0), cf_at(s->c, 0), cf_at(s->d, 0), s->n, &h,
                         cf_at(NULL, 0), 0.0f);
 }
+static cf_status op_ce_fwd(bench *s) {
+  return cf_crossentropy_forward(s->ctx, cf_at(s->dw, 0), cf_at(s->mean, 0), cf_at(s->a, 0), cf_at(s->targets, 0),
+                                 s->N, s->C, 0.1f, -1);
+}
+static cf_status op_ce_bwd(bench *s) {
+  return cf_crossentropy_backward(s->ctx, cf_at(s->b, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->N, s->C, 0.1f, -1,
+                                  1.0f / s->N);
+}
 static cf_status op_global_norm(bench *s) {
   return cf_global_norm(s->ctx, cf_at(s->dw, 0), cf_at(s->a, 0), s->n, cf_at(s->c, 0));
 }
@@ -231,6 +242,8 @@ static const kernel_case cases[] = {
     {"fill", op_fill, NULL, 1, 1, 0, 0, 0, 0},
     {"adam", op_adam, NULL, 1, 7, 0, 0, 0, 0},
     {"global_norm", op_global_norm, NULL, 1, 1, 0, 0, 0, 0},
+    {"crossentropy_forward", op_ce_fwd, NULL, 1, 1, 0, 2, 0, 0},
+    {"crossentropy_backward", op_ce_bwd, NULL, 1, 2, 0, 1, 0, 0},
     {"softmax_forward", op_softmax_fwd, NULL, 0, 0, 0, 0, 1, 0},
     {"softmax_forward_dropout", op_softmax_fwd_drop, NULL, 0, 0, 0, 0, 2, 0},
     {"softmax_backward", op_softmax_bwd, op_att_restore, 0, 0, 0, 0, 3, 0},
@@ -339,7 +352,7 @@ static cf_status measure_copy(bench *s, double *event_gbs) {
 }
 
 static void free_bench(bench *s) {
-  cl_mem *all[] = {&s->a, &s->b, &s->c, &s->d, &s->w, &s->bias, &s->dw, &s->db, &s->mean, &s->rstd,
+  cl_mem *all[] = {&s->a, &s->b, &s->c, &s->d, &s->w, &s->bias, &s->dw, &s->db, &s->mean, &s->rstd, &s->targets,
                    &s->att, &s->att2, &s->qkv, &s->qkvp, &s->out, &s->scratch,
                    &s->copy_src, &s->copy_dst};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
@@ -361,6 +374,12 @@ static cf_status alloc_bench(bench *s) {
   CF_TRY(cf_buffer_create(s->ctx, BENCH_MAXC * 4, &s->db));
   CF_TRY(cf_buffer_create(s->ctx, BENCH_N * 4, &s->mean));
   CF_TRY(cf_buffer_create(s->ctx, BENCH_N * 4, &s->rstd));
+  CF_TRY(cf_buffer_create(s->ctx, BENCH_N * 4, &s->targets));
+  {
+    int tg[BENCH_N];
+    for (int i = 0; i < BENCH_N; i++) tg[i] = (i * 37 + 11) % 256;
+    CF_CHECK(clEnqueueWriteBuffer(s->ctx->queue, s->targets, CL_TRUE, 0, sizeof tg, tg, 0, NULL, NULL));
+  }
   CF_TRY(cf_buffer_create(s->ctx, tt * 4, &s->att));
   CF_TRY(cf_buffer_create(s->ctx, tt * 4, &s->att2));
   CF_TRY(fill_random(s->ctx, s->a, big, -2.0f, 2.0f, 1));

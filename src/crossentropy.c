@@ -2,6 +2,15 @@
 #include "clformer/crossentropy.h"
 #include "internal.h"
 
+/* On CPUs the row kernels take one row per work-item (cl/crossentropy.cl): N items in groups of
+ * 8, and the mean one item; else one work-group of CF_WG per row. */
+static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+
+static void row_grid(cf_context *ctx, int N, size_t *global, size_t *local) {
+  *local = is_cpu(ctx) ? 32 : cf_context_wg(ctx);
+  *global = is_cpu(ctx) ? (size_t)N : (size_t)N * *local;
+}
+
 static cf_status check_args(int N, int V, float smoothing) {
   if (N <= 0 || V <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "crossentropy: N=%d V=%d must be positive", N, V);
   if ((long long)N * V > 0xffffffffLL) return CF_FAIL(CF_ERR_INVALID_ARG, "crossentropy: N*V = %lld too large",
@@ -23,8 +32,10 @@ cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, c
   cf_arg_int(&L, V);
   cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);
-  size_t global = (size_t)N * wg;
-  CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+  cf_arg_int(&L, N);
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
+  CF_TRY(cf_launch_run(&L, 1, &global, &local));
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
   cf_arg_mem(&L, loss);
   cf_arg_mem(&L, losses);
@@ -32,13 +43,13 @@ cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, c
   cf_arg_int(&L, N);
   cf_arg_int(&L, V);
   cf_arg_int(&L, ignore_index);
+  if (is_cpu(ctx)) wg = 1;
   return cf_launch_run(&L, 1, &wg, &wg);
 }
 
 cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits, cf_mem logits, cf_mem targets, int N, int V,
                                    float smoothing, int ignore_index, float dloss) {
   CF_TRY(check_args(N, V, smoothing));
-  size_t wg = cf_context_wg(ctx);
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_backward");
   cf_arg_mem(&L, dlogits);
@@ -48,8 +59,10 @@ cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits, cf_mem logit
   cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);
   cf_arg_float(&L, dloss);
-  size_t global = (size_t)N * wg;
-  return cf_launch_run(&L, 1, &global, &wg);
+  cf_arg_int(&L, N);
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 int cf_crossentropy_count(const int *targets, int N, int ignore_index) {
