@@ -39,22 +39,29 @@ static void grid1(cf_context *ctx, size_t n, size_t *global, size_t *local) {
 }
 
 /* The (C, N) grids: one item per vec_width columns of a row; 64 columns by wg/64 rows per group
- * on GPUs, 8 rows of a column block on CPUs. */
+ * on GPUs. On CPUs a group walks along rows, up to 256 columns of each of 1-8 rows (whole
+ * contiguous lines: groups of 8 rows of one 16-column block strode through memory at 3-4x the
+ * cost). */
 static void grid2(cf_context *ctx, int N, int C, size_t global[2], size_t local[2]) {
   size_t wg = cf_context_wg(ctx);
-  local[0] = is_cpu(ctx) ? 1 : wg < 64 ? wg : 64;
-  local[1] = is_cpu(ctx) ? 8 : wg / local[0];
   global[0] = ((size_t)C + vec_width(ctx) - 1) / vec_width(ctx);
   global[1] = (size_t)N;
+  if (is_cpu(ctx)) {
+    local[0] = global[0] < 16 ? global[0] : 16;
+    local[1] = local[0] >= 8 ? 1 : 8 / local[0];
+    return;
+  }
+  local[0] = wg < 64 ? wg : 64;
+  local[1] = wg / local[0];
 }
 
-/* Column reductions. CPU: one work-item per ACT_CPU_COLS (16) columns walking every row, in
+/* Column reductions. CPU: one work-item per ACT_CPU_COLS (64) columns walking every row, in
  * small groups. Elsewhere: one group of wg items per min(wg, 32) columns (ACT_TX). */
 static void column_grid(cf_context *ctx, int C, size_t *global, size_t *local) {
   size_t wg = cf_context_wg(ctx), tx = wg < 32 ? wg : 32;
   if (is_cpu(ctx)) {
     *local = 1;
-    *global = ((size_t)C + 15) / 16;
+    *global = ((size_t)C + 63) / 64;
   } else {
     *local = wg;
     *global = ((size_t)C + tx - 1) / tx * wg;
