@@ -147,7 +147,9 @@ static cf_status op_bias_bwd(bench *s) { return cf_bias_backward(s->ctx, cf_at(s
 /* bias_forward and bias_gelu_forward add in place: with a nonzero bias, hundreds of timed calls walk
  * the buffer far out (and later GELUs into denormal exponentials, 10x slower on x86); adding zeros
  * keeps every call alike and moves the same bytes. */
-static cf_status op_bias_fwd(bench *s) { return cf_bias_forward(s->ctx, cf_at(s->b, 0), cf_at(s->zbias, 0), s->N, s->C); }
+static cf_status op_bias_fwd(bench *s) {
+  return cf_bias_forward(s->ctx, cf_at(s->b, 0), cf_at(s->zbias, 0), s->N, s->C);
+}
 static cf_status op_bias_gelu_fwd(bench *s) {
   return cf_bias_act_forward(s->ctx, cf_at(s->c, 0), cf_at(s->b, 0), cf_at(s->zbias, 0), s->N, s->C,
                              CF_ACT_GELU_TANH);

@@ -1,5 +1,5 @@
 /* LayerNorm launchers (kernels in cl/layernorm.cl). Forward: one work-group per row (on CPUs one
- * work-item per row, in groups of LN_CPU_ROWS; the column reduction one item per 16 columns).
+ * work-item per row, in groups of LN_CPU_ROWS; the column reduction one item per 64 columns).
  * Backward: the column reduction for dweight/dbias runs first, then the row kernel, so that
  * dinp may overwrite dout. */
 #include "clformer/layernorm.h"
@@ -50,7 +50,7 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   size_t wg = cf_context_wg(ctx);
   size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
   size_t global = ((size_t)C + tx - 1) / tx * wg, local = wg;
-  if (is_cpu(ctx)) global = ((size_t)C + 15) / 16, local = 1;
+  if (is_cpu(ctx)) global = ((size_t)C + 63) / 64, local = 1;  /* 64 columns per item */
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
   cf_arg_mem(&L, dweight);
