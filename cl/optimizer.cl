@@ -6,24 +6,55 @@ inline float clip_scale(__global const float *norm, uint norm_off, int use_norm,
 }
 
 // Adam (decoupled = 0, L2 added to the gradient) or AdamW (decoupled = 1). bc1 = 1 - beta1^step,
-// bc2 = 1 - beta2^step, computed on the host in double.
+// bc2 = 1 - beta2^step, computed on the host in double. The element step is written once for a
+// float and for a float16 (CPUs: 16 elements per work-item, the last item one by one).
+#define ADAM_STEP(T)                                                                                     \
+  inline void adam_step_##T(T *p, T *mi, T *vi, T g, float lr, float beta1, float beta2, float eps,      \
+                            float weight_decay, int decoupled, float bc1, float bc2) {                   \
+    if (!decoupled) g += weight_decay * *p;                                                              \
+    *mi = beta1 * *mi + (1.0f - beta1) * g;                                                              \
+    *vi = beta2 * *vi + (1.0f - beta2) * g * g;                                                          \
+    if (decoupled) *p -= lr * weight_decay * *p;                                                         \
+    *p -= lr * (*mi / bc1) / (sqrt(*vi / bc2) + eps);                                                    \
+  }
+ADAM_STEP(float)
+ADAM_STEP(float16)
+
 __kernel void adam_update(__global float *params, uint params_off, __global const float *grads, uint grads_off,
                           __global float *m, uint m_off, __global float *v, uint v_off, uint n,
                           float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled,
                           float bc1, float bc2,
                           __global const float *norm, uint norm_off, int use_norm, float clip_norm) {
+  float cs = clip_scale(norm, norm_off, use_norm, clip_norm);
+#if CF_DEVICE_IS_CPU
+  size_t i = get_global_id(0) * 16;
+  if (i >= n) return;
+  __global float *pp = params + params_off + i, *mp = m + m_off + i, *vp = v + v_off + i;
+  __global const float *gp = grads + grads_off + i;
+  if (i + 16 <= n) {
+    float16 p = vload16(0, pp), mi = vload16(0, mp), vi = vload16(0, vp);
+    adam_step_float16(&p, &mi, &vi, vload16(0, gp) * cs, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+    vstore16(mi, 0, mp);
+    vstore16(vi, 0, vp);
+    vstore16(p, 0, pp);
+    return;
+  }
+  for (size_t k = 0; i + k < n; k++) {
+    float p = pp[k], mi = mp[k], vi = vp[k];
+    adam_step_float(&p, &mi, &vi, gp[k] * cs, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
+    mp[k] = mi;
+    vp[k] = vi;
+    pp[k] = p;
+  }
+#else
   size_t i = get_global_id(0);
   if (i >= n) return;
-  float p = params[params_off + i];
-  float g = grads[grads_off + i] * clip_scale(norm, norm_off, use_norm, clip_norm);
-  if (!decoupled) g += weight_decay * p;
-  float mi = beta1 * m[m_off + i] + (1.0f - beta1) * g;
-  float vi = beta2 * v[v_off + i] + (1.0f - beta2) * g * g;
+  float p = params[params_off + i], mi = m[m_off + i], vi = v[v_off + i];
+  adam_step_float(&p, &mi, &vi, grads[grads_off + i] * cs, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2);
   m[m_off + i] = mi;
   v[v_off + i] = vi;
-  if (decoupled) p -= lr * weight_decay * p;
-  p -= lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
   params[params_off + i] = p;
+#endif
 }
 
 // SGD with momentum, PyTorch's convention: buf = momentum * buf + g; p -= lr * buf.
@@ -50,6 +81,51 @@ __kernel void clip_by_norm(__global float *x, uint x_off, uint n,
   if (i >= n) return;
   x[x_off + i] *= clip_scale(norm, norm_off, 1, clip_norm);
 }
+
+#if CF_DEVICE_IS_CPU
+
+// On CPUs one work-item per block (no barriers; blocks are the GPU path's: block j covers a
+// contiguous range of ceil(count / nb) elements), summed with 16-float vectors in a fixed order.
+inline float block_sumsq1(__global const float *x, uint count, uint j, uint nb) {
+  uint chunk = (count + nb - 1) / nb;
+  uint lo = min(count, j * chunk), hi = min(count, lo + chunk), i = lo;
+  float16 s16 = (float16)(0.0f);
+  for (; i + 16 <= hi; i += 16) {
+    float16 xi = vload16(0, x + i);
+    s16 += xi * xi;
+  }
+  float8 s8 = s16.lo + s16.hi;
+  float4 s4 = s8.lo + s8.hi;
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; i < hi; i++) s += x[i] * x[i];
+  return s;
+}
+
+// Stage 1 of the global norm: partial[j] = sum of squares of block j of nb (items j >= nb idle).
+__kernel void sumsq_partials(__global float *partial, uint partial_off, __global const float *x, uint x_off, uint n,
+                             uint nb) {
+  uint j = get_global_id(0);
+  if (j < nb) partial[partial_off + j] = block_sumsq1(x + x_off, n, j, nb);
+}
+
+// Stage 2: out = sqrt(sum of the nb partials in order), one work-item.
+__kernel void norm_finish(__global float *out, uint out_off, __global const float *partial, uint partial_off, uint nb) {
+  if (get_global_id(0) != 0) return;
+  float s = 0.0f;
+  for (uint i = 0; i < nb; i++) s += partial[partial_off + i];
+  out[out_off] = sqrt(s);
+}
+
+// Per-segment stage 1: item g (exactly one per block: local size 1) reads its row of the block
+// table, (offset, count, j, nb), and writes the partial sum of squares of block j of its segment.
+__kernel void segment_sumsq_partials(__global float *partial, uint partial_off, __global const uint *table,
+                                     uint table_off, __global const float *x, uint x_off) {
+  uint g = get_global_id(0);
+  __global const uint *row = table + table_off + 4 * (size_t)g;
+  partial[partial_off + g] = block_sumsq1(x + x_off + row[0], row[1], row[2], row[3]);
+}
+
+#else  // work-groups of CF_WG with a fixed tree
 
 // Sum of squares of block j of nb over x[0, count): block j covers a contiguous range of
 // ceil(count / nb) elements, work-item lid of the block takes every CF_WG-th float4 of it
@@ -115,6 +191,8 @@ void segment_sumsq_partials(__global float *partial, uint partial_off, __global 
   float s = block_sumsq(x + x_off + row[0], row[1], row[2], row[3], red);
   if (get_local_id(0) == 0) partial[partial_off + g] = s;
 }
+
+#endif
 
 // Per-segment stage 2: one work-item per segment sums its nb partials in order (nb is small).
 // seg holds (first block, nb) per segment.

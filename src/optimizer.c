@@ -16,7 +16,16 @@ static cf_status check_n(const char *what, size_t n) {
   return CF_OK;
 }
 
+static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+
 static size_t elementwise_local(cf_context *ctx) { return cf_context_wg(ctx); }
+
+/* The norm kernels' grid for nb blocks: on CPUs one item per block (cl/optimizer.cl), in groups
+ * of `cpu_local`; else one work-group of CF_WG per block. */
+static void block_grid(cf_context *ctx, size_t nb, size_t cpu_local, size_t *global, size_t *local) {
+  *local = is_cpu(ctx) ? cpu_local : cf_context_wg(ctx);
+  *global = is_cpu(ctx) ? nb : nb * *local;
+}
 
 cf_status cf_adam_update(cf_context *ctx, cf_mem params, cf_mem grads, cf_mem m, cf_mem v, size_t n,
                          const cf_adam *h, cf_mem grad_norm, float clip_norm) {
@@ -44,8 +53,9 @@ cf_status cf_adam_update(cf_context *ctx, cf_mem params, cf_mem grads, cf_mem m,
   cf_arg_mem(&L, grad_norm);
   cf_arg_int(&L, use_norm);
   cf_arg_float(&L, clip_norm);
-  size_t local = elementwise_local(ctx);
-  return cf_launch_run(&L, 1, &n, &local);
+  /* CPUs: 16 elements per work-item (cl/optimizer.cl) */
+  size_t local = is_cpu(ctx) ? 8 : elementwise_local(ctx), global = is_cpu(ctx) ? (n + 15) / 16 : n;
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_sgd_update(cf_context *ctx, cf_mem params, cf_mem grads, cf_mem momentum_buf, size_t n, float lr,
@@ -103,12 +113,14 @@ cf_status cf_global_norm(cf_context *ctx, cf_mem out, cf_mem x, size_t n, cf_mem
   cf_arg_mem(&L, x);
   cf_arg_uint(&L, (unsigned)n);
   cf_arg_uint(&L, (unsigned)nb);
-  size_t global = nb * wg;
-  CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+  size_t global, local;
+  block_grid(ctx, nb, 4, &global, &local);
+  CF_TRY(cf_launch_run(&L, 1, &global, &local));
   cf_launch_begin(&L, ctx, "optimizer", "norm_finish");
   cf_arg_mem(&L, out);
   cf_arg_mem(&L, scratch);
   cf_arg_uint(&L, (unsigned)nb);
+  if (is_cpu(ctx)) wg = 1;
   return cf_launch_run(&L, 1, &wg, &wg);
 }
 
@@ -149,15 +161,15 @@ cf_status cf_segment_norms(cf_context *ctx, cf_mem out, cf_mem x, const size_t *
   cf_status st = cf_write(ctx, cf_shift(scratch, nb), table, ntable);
   free(table);
   CF_TRY(st);
-  size_t wg = cf_context_wg(ctx);
   cf_launch L;
   if (nb > 0) {
     cf_launch_begin(&L, ctx, "optimizer", "segment_sumsq_partials");
     cf_arg_mem(&L, scratch);
     cf_arg_mem(&L, cf_shift(scratch, nb));
     cf_arg_mem(&L, x);
-    size_t global = nb * wg;
-    CF_TRY(cf_launch_run(&L, 1, &global, &wg));
+    size_t global, local;
+    block_grid(ctx, nb, 1, &global, &local);  /* exactly nb items: the kernel has no guard */
+    CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   cf_launch_begin(&L, ctx, "optimizer", "segment_norms_finish");
   cf_arg_mem(&L, out);
