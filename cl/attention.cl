@@ -8,6 +8,40 @@
 
 // ---------- layout ----------
 
+#if CF_DEVICE_IS_CPU
+
+// On CPUs one work-item per row of HS floats (a head's slice of one token), copied with 16-float
+// vectors: the index arithmetic runs once per row, not once per element. The host launches
+// S*B*NH*T items; `vec` is unused.
+inline void att_copy_row(__global float *dst, __global const float *src, int HS) {
+  int d = 0;
+  for (; d + 16 <= HS; d += 16) vstore16(vload16(0, src + d), 0, dst + d);
+  for (; d < HS; d++) dst[d] = src[d];
+}
+
+// dst (S, B, NH, T, HS) <- src (B, T, S*C): split the S tensors of width C that every token row
+// holds side by side (S = 3 for fused q|k|v, S = 1 for a single tensor) into per-head matrices.
+// Item r is row r of dst (writes in order).
+__kernel void attention_rows_to_heads(__global float *dst, uint dst_off, __global const float *src, uint src_off,
+                                      int S, int B, int T, int C, int NH, int vec) {
+  int r = get_global_id(0);
+  if (r >= S * B * NH * T) return;
+  int HS = C / NH, t = r % T, h = (r / T) % NH, b = (r / (T * NH)) % B, s = r / (T * NH * B);
+  att_copy_row(dst + dst_off + (size_t)r * HS, src + src_off + (size_t)(b * T + t) * S * C + s * C + h * HS, HS);
+}
+
+// The inverse: dst (B, T, S*C) <- src (S, B, NH, T, HS). Item r is row r of dst viewed as
+// (B, T, S, NH) rows of HS (writes in order).
+__kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __global const float *src, uint src_off,
+                                      int S, int B, int T, int C, int NH, int vec) {
+  int r = get_global_id(0);
+  if (r >= S * B * NH * T) return;
+  int HS = C / NH, h = r % NH, s = (r / NH) % S, t = (r / (NH * S)) % T, b = r / (NH * S * T);
+  att_copy_row(dst + dst_off + (size_t)r * HS, src + src_off + ((size_t)((s * B + b) * NH + h) * T + t) * HS, HS);
+}
+
+#else  // one work-item per element or float4
+
 // dst (S, B, NH, T, HS) <- src (B, T, S*C): split the S tensors of width C that every token row
 // holds side by side (S = 3 for fused q|k|v, S = 1 for a single tensor) into per-head matrices.
 // One work-item per 4 consecutive channels when vec (HS % 4 == 0), else per element.
@@ -38,6 +72,8 @@ __kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __globa
   if (vec) vstore4(vload4(0, src + src_off + j), 0, dst + dst_off + i);
   else dst[dst_off + i] = src[src_off + j];
 }
+
+#endif
 
 // ---------- dropout ----------
 

@@ -48,6 +48,10 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
   cf_arg_int(&L, vec);
   size_t n = (size_t)S * B * T * C, local = 64;
   size_t global = vec ? n / 4 : n;
+  if (ctx->info.type & CL_DEVICE_TYPE_CPU) {  /* one item per row of HS floats (cl/attention.cl) */
+    global = (size_t)S * B * NH * T;
+    local = 16;
+  }
   return cf_launch_run(&L, 1, &global, &local);
 }
 
