@@ -39,12 +39,7 @@
 #define BENCH_GEMM_REPEAT 11
 #define BENCH_GEMM_MAX_SHAPES 32
 
-typedef struct gemm_shape {
-  char name[24];
-  int ta, tb;
-  size_t M, N, K, batch;
-  float beta;
-} gemm_shape;
+typedef cf_gemm_shape gemm_shape;
 
 enum { IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS, NIMPL };
 static const char *const impl_names[NIMPL] = {"clblast", "own", "openblas"};
@@ -210,7 +205,7 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
 
 /* ---------- the shapes ---------- */
 
-static int model_shapes(const cf_config *cfg, gemm_shape *sh) {
+int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
   size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
   size_t F = (size_t)cfg->model.d_ff, V = 256, T = (size_t)cfg->data.seq_len;
   size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
@@ -250,7 +245,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
   FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
   const cf_device_info *d = cf_context_device(ctx);
   gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
-  int nsh = model_shapes(cfg, sh);
+  int nsh = cf_gemm_model_shapes(cfg, sh);
   blas bl = {0};
   int have_blas = vs_blas && blas_open(&bl);
 

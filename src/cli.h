@@ -11,6 +11,7 @@ int cmd_selftest(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_gradnorm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 struct cf_config;
 /* Defaults, then the file (if any), then the --set overrides, then validation: 0, or 2 with

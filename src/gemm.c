@@ -35,6 +35,124 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
   return CF_OK;
 }
 
+/* ---------- tuning results (clformer tune) ---------- */
+
+/* `clformer tune` stores, per device and driver, a text file in the cache directory:
+ *   # comment lines
+ *   clblast KERNEL NAME=VALUE ...        CLBlast parameters, applied with CLBlastOverrideParameters
+ *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
+ *                                        IMPL own|clblast, the measured GFLOP/s of both)
+ * The file is read on a context's first GEMM; CLFORMER_TUNE=off ignores it. A shape without a
+ * choice keeps the default of cf_gemm_resolve. */
+#define TUNE_SLOTS 4
+#define TUNE_MAX_CHOICES 64
+typedef struct tune_choice {
+  int ta, tb;
+  size_t M, N, K, batch;
+  cf_gemm_impl impl;
+} tune_choice;
+static struct tune_slot {
+  cl_device_id device;
+  char driver[256];
+  int nchoices;
+  tune_choice choices[TUNE_MAX_CHOICES];
+} tune_slots[TUNE_SLOTS];
+static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
+  const char *dir = cf_cache_dir();
+  if (!dir) return 0;
+  const char *parts[] = {ctx->info.name, ctx->info.platform_name, ctx->info.platform_version,
+                         ctx->info.driver_version, ctx->info.device_version};
+  unsigned long long h = CF_HASH_SEED;
+  for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) h = cf_hash64(h, parts[i], strlen(parts[i]) + 1);
+  snprintf(buf, n, "%s/gemm-tune-%016llx.txt", dir, h);
+  return 1;
+}
+
+static void apply_clblast_line(cl_device_id dev, char *line) {
+  char *save = NULL, *kernel = strtok_r(line, " \t\n", &save);
+  const char *names[32];
+  size_t values[32], k = 0;
+  for (char *w; kernel && k < 32 && (w = strtok_r(NULL, " \t\n", &save));) {
+    char *eq = strchr(w, '=');
+    if (!eq) continue;
+    *eq = 0;
+    names[k] = w;
+    values[k++] = (size_t)strtoull(eq + 1, NULL, 10);
+  }
+  if (!kernel || !k) return;
+  CLBlastStatusCode st = CLBlastOverrideParameters(dev, kernel, CLBlastPrecisionSingle, k, names, values);
+  if (st != CLBlastSuccess) cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", kernel, (int)st);
+  else cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+}
+
+/* The slot for this context's device, loading its file on first use (tune_lock held). */
+static struct tune_slot *tune_get(cf_context *ctx, int reload) {
+  struct tune_slot *s = NULL;
+  for (int i = 0; i < TUNE_SLOTS && !s; i++)
+    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version))
+      s = &tune_slots[i];
+  if (s && !reload) return s;
+  if (!s) {
+    for (int i = 0; i < TUNE_SLOTS && !s; i++)
+      if (!tune_slots[i].device) s = &tune_slots[i];
+    if (!s) s = &tune_slots[0];
+  }
+  memset(s, 0, sizeof *s);
+  s->device = ctx->info.device;
+  snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
+  const char *off = getenv("CLFORMER_TUNE");
+  char path[4200];
+  if ((off && (!strcmp(off, "off") || !strcmp(off, "0"))) || !cf_gemm_tune_path(ctx, path, sizeof path)) return s;
+  FILE *f = fopen(path, "r");
+  if (!f) return s;
+  char line[2048];
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "clblast ", 8)) apply_clblast_line(ctx->info.device, line + 8);
+    else if (!strncmp(line, "choice ", 7) && s->nchoices < TUNE_MAX_CHOICES) {
+      char op[3], impl[16];
+      tune_choice c;
+      if (sscanf(line + 7, "%2s %zu %zu %zu %zu %15s", op, &c.M, &c.N, &c.K, &c.batch, impl) != 6) continue;
+      c.ta = op[0] == 'T';
+      c.tb = op[1] == 'T';
+      c.impl = !strcmp(impl, "own") ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+      s->choices[s->nchoices++] = c;
+    }
+  }
+  fclose(f);
+  cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->nchoices);
+  return s;
+}
+
+void cf_gemm_tune_reload(cf_context *ctx) {
+  pthread_mutex_lock(&tune_lock);
+  tune_get(ctx, 1);
+  pthread_mutex_unlock(&tune_lock);
+}
+
+/* The measured choice for this shape, or CF_GEMM_AUTO when there is none. */
+static cf_gemm_impl tune_choose(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t batch) {
+  cf_gemm_impl r = CF_GEMM_AUTO;
+  pthread_mutex_lock(&tune_lock);
+  struct tune_slot *s = tune_get(ctx, 0);
+  for (int i = 0; i < s->nchoices; i++) {
+    const tune_choice *c = &s->choices[i];
+    if (c->ta == ta && c->tb == tb && c->M == M && c->N == N && c->K == K && c->batch == batch) {
+      r = c->impl;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&tune_lock);
+  return r;
+}
+
+static void tune_ensure(cf_context *ctx) {
+  pthread_mutex_lock(&tune_lock);
+  tune_get(ctx, 0);
+  pthread_mutex_unlock(&tune_lock);
+}
+
 /* ---------- CLBlast ---------- */
 
 static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
@@ -42,6 +160,7 @@ static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTran
 static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                               cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                               cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  tune_ensure(ctx);  /* tuned parameters are in place before CLBlast compiles its kernels */
   if (batch == 1)
     CF_CHECK(CLBlastSgemm(CLBlastLayoutRowMajor, tr(trans_a), tr(trans_b), M, N, K, alpha, A.buf, A.off, lda,
                           B.buf, B.off, ldb, beta, C.buf, C.off, ldc, &ctx->queue,
@@ -229,8 +348,12 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
     return CF_FAIL(CF_ERR_INVALID_ARG,
                    "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
                    trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
-  cf_gemm_impl use;
-  CF_TRY(cf_gemm_resolve(ctx, impl, &use));
+  cf_gemm_impl use = CF_GEMM_AUTO;
+  if (impl == CF_GEMM_AUTO) {  /* $CLFORMER_GEMM first, then the measured choice, then the device's default */
+    const char *env = getenv("CLFORMER_GEMM");
+    if (!env || !*env || !strcmp(env, "auto")) use = tune_choose(ctx, trans_a, trans_b, M, N, K, batch);
+  }
+  if (use == CF_GEMM_AUTO) CF_TRY(cf_gemm_resolve(ctx, impl, &use));
   if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
       !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_CLBLAST;

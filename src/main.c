@@ -32,6 +32,7 @@ static const struct {
     {"devices", cmd_devices, "list OpenCL devices and show which one a --device spec selects"},
     {"selftest", cmd_selftest, "check every kernel on a device against double-precision references"},
     {"bench", cmd_bench, "measure GEMM, kernels and a training step on a device (JSON to compare devices)"},
+    {"tune", cmd_tune, "find fast GEMM settings for a device; stored per device and driver, applied by every run"},
 };
 
 static void print_usage(FILE *f) {

@@ -47,6 +47,15 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
  * lives until the process ends or a fifth queue evicts it. Safe to call when there is none. */
 void cf_gemm_scratch_free(cf_context *ctx);
 
+/* Tuning (`clformer tune`, src/tune.c): results live in one file per device and driver in the
+ * cache directory (see src/gemm.c for its format); a context's first GEMM reads it, applies the
+ * tuned CLBlast parameters, and cf_gemm/cf_gemm_batched then take the measured faster
+ * implementation for each shape listed there (unless $CLFORMER_GEMM names one; CLFORMER_TUNE=off
+ * ignores the file). The path of this context's file into buf; 0 when caching is off. */
+int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
+/* Read the file again (after tuning wrote it). */
+void cf_gemm_tune_reload(cf_context *ctx);
+
 /* Double-precision reference on the host, same conventions (C in double, updated in place). */
 void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,
               const float *B, size_t ldb, double beta, double *C, size_t ldc);
