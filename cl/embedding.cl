@@ -29,6 +29,61 @@ __kernel void embedding_forward(__global float *out, uint out_off,
   }
 }
 
+#if CF_DEVICE_IS_CPU
+
+// dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in
+// increasing n, compensated (Kahan) as below. On CPUs one work-item per (128-column chunk j, v)
+// (global (ceil(C / 128), V), local (1, 1)): it scans the tokens itself, 16 at a time, and adds
+// each matching row's 128 columns with 16-float vectors (a whole chunk: constant trip counts, the
+// sums stay in registers); no barriers, no atomics, bit-identical on every run.
+#define EMB_CHUNK 128
+__kernel void embedding_backward_wte(__global float *dwte, uint dwte_off,
+                                     __global const float *dout, uint dout_off,
+                                     __global const int *tokens, uint tokens_off,
+                                     int N, int C, float token_scale) {
+  int c0 = get_global_id(0) * EMB_CHUNK, v = get_global_id(1);
+  if (c0 >= C) return;
+  int nv = min(EMB_CHUNK, C - c0) / 16, cend = min(C, c0 + EMB_CHUNK);  // whole vectors, then a tail
+  float16 acc[EMB_CHUNK / 16], comp[EMB_CHUNK / 16];
+  float tacc[16], tcomp[16];
+  for (int k = 0; k < EMB_CHUNK / 16; k++) acc[k] = comp[k] = (float16)(0.0f);
+  for (int k = 0; k < 16; k++) tacc[k] = tcomp[k] = 0.0f;
+  __global const int *tok = tokens + tokens_off;
+  for (int n0 = 0; n0 < N; n0 += 16) {
+    // 16 tokens at a time: most blocks hold no v at all (a vector compare skips them)
+    if (n0 + 16 <= N && !any(vload16(0, tok + n0) == (int16)(v))) continue;
+    for (int n = n0; n < min(N, n0 + 16); n++) {
+      if (tok[n] != v) continue;
+      __global const float *d = dout + dout_off + (size_t)n * C + c0;
+      if (nv == EMB_CHUNK / 16) {
+#pragma unroll
+        for (int k = 0; k < EMB_CHUNK / 16; k++) {
+          float16 y = vload16(k, d) - comp[k], s = acc[k] + y;
+          comp[k] = (s - acc[k]) - y;
+          acc[k] = s;
+        }
+        continue;
+      }
+      for (int k = 0; k < nv; k++) {
+        float16 y = vload16(k, d) - comp[k], s = acc[k] + y;
+        comp[k] = (s - acc[k]) - y;
+        acc[k] = s;
+      }
+      for (int c = c0 + 16 * nv; c < cend; c++) {
+        int k = c - c0 - 16 * nv;
+        float y = d[c - c0] - tcomp[k], s = tacc[k] + y;
+        tcomp[k] = (s - tacc[k]) - y;
+        tacc[k] = s;
+      }
+    }
+  }
+  __global float *w = dwte + dwte_off + (size_t)v * C + c0;
+  for (int k = 0; k < nv; k++) vstore16(vload16(k, w) + token_scale * acc[k], k, w);
+  for (int c = c0 + 16 * nv; c < cend; c++) w[c - c0] += token_scale * tacc[c - c0 - 16 * nv];
+}
+
+#else  // one work-group per (column tile, v)
+
 // dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in
 // increasing n. One work-group per (column tile, v): it walks the tokens CF_WG at a time, finds
 // the matching rows with a prefix sum over flags (local memory, fixed order) and every
@@ -71,6 +126,8 @@ void embedding_backward_wte(__global float *dwte, uint dwte_off,
   }
   if (c < C) dwte[dwte_off + (size_t)v * C + c] += token_scale * acc;
 }
+
+#endif
 
 // dwpe[t, c] += sum over b of dout[b, t, c], b in order. One work-item per (c, t).
 __kernel void embedding_backward_wpe(__global float *dwpe, uint dwpe_off,

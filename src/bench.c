@@ -15,6 +15,7 @@
  *   bias_act fwd / bwd    3n + C / 3n + 2C (pre is read and rewritten in the forward)
  *   dropout               2n             residual(+dropout)   3n        scale 2n, fill n
  *   adam                  7n (read p, g, m, v; write p, m, v)        global_norm n
+ *   embedding_backward    V = 256, learned positions off: read dout (NC) + tokens (N), dwte r/w (2VC)
  *   crossentropy fwd/bwd  V = C: read logits (NV) + targets, write losses (N) / read logits, write dlogits (2NV)
  *                         + targets (N)
  *   softmax fwd           per (b, h): read the causal half T(T+1)/2, write T*T (and T*T more with dropout)
@@ -182,6 +183,10 @@ static cf_status op_ce_bwd(bench *s) {
   return cf_crossentropy_backward(s->ctx, cf_at(s->b, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->N, s->C, 0.1f, -1,
                                   1.0f / s->N);
 }
+static cf_status op_emb_bwd(bench *s) {  /* V = 256 tokens (the targets), dwte in c, sinusoidal positions */
+  return cf_embedding_backward(s->ctx, cf_at(s->c, 0), cf_at(NULL, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->B,
+                               s->T, s->C, 256, 1.0f);
+}
 static cf_status op_global_norm(bench *s) {
   return cf_global_norm(s->ctx, cf_at(s->dw, 0), cf_at(s->a, 0), s->n, cf_at(s->c, 0));
 }
@@ -252,6 +257,7 @@ static const kernel_case cases[] = {
     {"global_norm", op_global_norm, NULL, 1, 1, 0, 0, 0, 0},
     {"crossentropy_forward", op_ce_fwd, NULL, 1, 1, 0, 2, 0, 0},
     {"crossentropy_backward", op_ce_bwd, NULL, 1, 2, 0, 1, 0, 0},
+    {"embedding_backward", op_emb_bwd, NULL, 1, 1, 512, 1, 0, 0},
     {"softmax_forward", op_softmax_fwd, NULL, 0, 0, 0, 0, 1, 0},
     {"softmax_forward_dropout", op_softmax_fwd_drop, NULL, 0, 0, 0, 0, 2, 0},
     {"softmax_backward", op_softmax_bwd, op_att_restore, 0, 0, 0, 0, 3, 0},

@@ -44,6 +44,10 @@ cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_me
   cf_arg_int(&L, C);
   cf_arg_float(&L, token_scale);
   size_t global[2] = {cf_round_up((size_t)C, wg), (size_t)V}, local[2] = {wg, 1};
+  if (ctx->info.type & CL_DEVICE_TYPE_CPU) {  /* one item per (128 columns, v): cl/embedding.cl */
+    global[0] = ((size_t)C + 127) / 128;
+    local[0] = 1;
+  }
   CF_TRY(cf_launch_run(&L, 2, global, local));
   if (!dwpe.buf) return CF_OK;
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wpe");
