@@ -78,24 +78,12 @@ __kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __globa
 // ---------- dropout ----------
 
 // pdrop = att * mask / (1-p) over the flat (B, NH, T, T) tensor of n elements; one work-item per
-// 64 elements (16 Philox calls in 16-lane vectors), the last partial chunk group by group.
+// CF_DROPOUT_ITEM elements (cl/dropout.clh).
 __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global const float *att, uint att_off,
                                 int n, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
-  uint i = 64u * get_global_id(0);
+  uint i = CF_DROPOUT_ITEM * get_global_id(0);
   if (i >= (uint)n) return;
-  __global float *y = pdrop + pdrop_off + i;
-  __global const float *x = att + att_off + i;
-  if (i + 64u <= (uint)n) {
-    float16 f[4];
-    cf_dropout_factors64(seed, step, tensor_id, i / 4u, p, inv_keep, f);
-    for (int k = 0; k < 4; k++) vstore16(vload16(k, x) * f[k], k, y);
-    return;
-  }
-  for (uint j = 0; i + j < (uint)n; j += 4) {
-    float4 f = cf_dropout_factors(seed, step, tensor_id, (i + j) / 4u, p, inv_keep);
-    float fj[4] = {f.x, f.y, f.z, f.w};
-    for (uint k = 0; k < 4u && i + j + k < (uint)n; k++) y[j + k] = x[j + k] * fj[k];
-  }
+  cf_dropout_item(pdrop + pdrop_off + i, 0, att + att_off + i, i, (uint)n, p, inv_keep, seed, step, tensor_id);
 }
 
 // ---------- softmax ----------

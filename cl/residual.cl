@@ -9,24 +9,13 @@ __kernel void residual_forward(__global float *out, uint out_off, __global const
   if (i < n) out[out_off + i] = inp1[inp1_off + i] + inp2[inp2_off + i];
 }
 
-// out (n) = res (n) + branch (n) * mask * scale, 64 elements per item (16 Philox calls in
-// 16-lane vectors), the last partial chunk group by group. out may alias res or branch.
+// out (n) = res (n) + branch (n) * mask * scale, CF_DROPOUT_ITEM elements per item (see
+// cl/dropout.clh). out may alias res or branch.
 __kernel void residual_dropout_forward(__global float *out, uint out_off, __global const float *res, uint res_off,
                                        __global const float *branch, uint branch_off, int n, float p, float scale,
                                        uint seed, uint step, uint tensor_id) {
-  uint i = 64u * get_global_id(0);
+  uint i = CF_DROPOUT_ITEM * get_global_id(0);
   if (i >= (uint)n) return;
-  __global float *y = out + out_off + i;
-  __global const float *r = res + res_off + i, *b = branch + branch_off + i;
-  if (i + 64u <= (uint)n) {
-    float16 f[4];
-    cf_dropout_factors64(seed, step, tensor_id, i / 4u, p, scale, f);
-    for (int k = 0; k < 4; k++) vstore16(vload16(k, r) + vload16(k, b) * f[k], k, y);
-    return;
-  }
-  for (uint j = 0; i + j < (uint)n; j += 4) {
-    float4 f = cf_dropout_factors(seed, step, tensor_id, (i + j) / 4u, p, scale);
-    float fj[4] = {f.x, f.y, f.z, f.w};
-    for (uint k = 0; k < 4u && i + j + k < (uint)n; k++) y[j + k] = r[j + k] + b[j + k] * fj[k];
-  }
+  cf_dropout_item(out + out_off + i, res + res_off + i, branch + branch_off + i, i, (uint)n, p, scale, seed, step,
+                  tensor_id);
 }

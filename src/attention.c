@@ -13,6 +13,9 @@
 #include "clformer/attention.h"
 #include "internal.h"
 
+/* from dropout.c: the grid of the flat dropout kernels */
+void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
+
 size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout) {
   (void)dropout;
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
@@ -159,7 +162,8 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     cf_arg_uint(&L, drop.seed);
     cf_arg_uint(&L, drop.step);
     cf_arg_uint(&L, drop.tensor_id);
-    size_t local = 16, global = ((size_t)n + 63) / 64;  /* 64 elements per item */
+    size_t global, local;
+    cf_dropout_grid(ctx, (size_t)n, &global, &local);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
     pd = datt;
   }

@@ -16,9 +16,19 @@ cf_status cf_dropout_check(cf_dropout d, size_t n) {
   return CF_OK;
 }
 
+/* The grid of the flat dropout kernels for n elements: CF_DROPOUT_ITEM (cl/dropout.clh) elements
+ * per work-item, 64 on CPUs, 4 elsewhere. Shared with residual.c and attention.c. */
+void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local) {
+  int cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  size_t per = cpu ? 64 : 4;
+  *global = (n + per - 1) / per;
+  *local = cpu ? 16 : cf_context_wg(ctx);
+}
+
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d) {
-  size_t chunks = (n + 63) / 64, local = 16;  /* 64 elements per work-item, see cl/dropout.cl */
+  size_t global, local;
+  cf_dropout_grid(ctx, n, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "dropout", "dropout_forward");
   cf_arg_mem(&L, out);
@@ -29,7 +39,7 @@ cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_
   cf_arg_uint(&L, d.seed);
   cf_arg_uint(&L, d.step);
   cf_arg_uint(&L, d.tensor_id);
-  return cf_launch_run(&L, 1, &chunks, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_dropout_forward(cf_context *ctx, cf_mem x, size_t n, cf_dropout d) {

@@ -7,6 +7,7 @@
 /* from dropout.c */
 cf_status cf_dropout_check(cf_dropout d, size_t n);
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
+void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
 
 static cf_status check_n(size_t n) {
   if (n > INT_MAX) return CF_FAIL(CF_ERR_INVALID_ARG, "%zu elements: more than the kernels index (2^31 - 1)", n);
@@ -28,7 +29,8 @@ cf_status cf_residual_forward(cf_context *ctx, cf_mem out, cf_mem inp1, cf_mem i
 cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, cf_mem branch, size_t n, cf_dropout d) {
   CF_TRY(cf_dropout_check(d, n));
   if (d.p == 0.0f) return cf_residual_forward(ctx, out, res, branch, n);
-  size_t chunks = (n + 63) / 64, local = 16;  /* 64 elements per work-item, see cl/residual.cl */
+  size_t global, local;
+  cf_dropout_grid(ctx, n, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_dropout_forward");
   cf_arg_mem(&L, out);
@@ -40,7 +42,7 @@ cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, c
   cf_arg_uint(&L, d.seed);
   cf_arg_uint(&L, d.step);
   cf_arg_uint(&L, d.tensor_id);
-  return cf_launch_run(&L, 1, &chunks, &local);
+  return cf_launch_run(&L, 1, &global, &local);
 }
 
 cf_status cf_residual_dropout_backward(cf_context *ctx, cf_mem dbranch, cf_mem dout, size_t n, cf_dropout d) {
