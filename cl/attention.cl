@@ -162,7 +162,8 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
       }
   } else {
     float16 m16 = (float16)(-INFINITY);
-    for (int j = 0; j < nv; j += 16) m16 = fmax(m16, select((float16)(-INFINITY), vload16(0, a + j), j + ATT_LANES < n));
+    for (int j = 0; j < nv; j += 16)
+      m16 = fmax(m16, select((float16)(-INFINITY), vload16(0, a + j), j + ATT_LANES < n));
     m = cf_hmax16(m16);
     for (int j = nv; j < n; j++) m = fmax(m, a[j]);
     if (m > -INFINITY) {
