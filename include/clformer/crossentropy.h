@@ -10,8 +10,8 @@
 /* losses[n] = loss of row n, 0 for ignored rows; loss[0] = mean of losses over counted rows (0 if
  * none), reduced on the device in a fixed order. A row is counted when targets[n] != ignore_index;
  * targets outside [0, V) other than ignore_index are invalid: the kernels read nothing out of
- * bounds for them and treat them as ignored. Two launches: one work-group per row, then one
- * work-group for the mean. */
+ * bounds for them and treat them as ignored. Two launches: the rows (one per work-item on CPUs,
+ * one work-group per row elsewhere), then one work-group for the mean. */
 cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss,  // (1)
                                   cf_mem losses,                 // (N)
                                   cf_mem logits,                 // (N, V)
