@@ -1,5 +1,6 @@
 /* LayerNorm over the last dimension: device ops, their double-precision references and the
- * family's self-test. A row per work-item on CPUs, a work-group per row elsewhere; statistics by two passes (never E[x^2]-E[x]^2).
+ * family's self-test. A row per work-item on CPUs, a work-group per row elsewhere; statistics by
+ * two passes (never E[x^2]-E[x]^2).
  * Not here: where LayerNorm sits in a block (Pre-LN or Post-LN), which is the model's business. */
 #ifndef CLFORMER_LAYERNORM_H
 #define CLFORMER_LAYERNORM_H
