@@ -20,6 +20,12 @@ int cf_cli_load_config(struct cf_config *c, const char *path, char **sets, int n
 
 /* Exit code for a failed status: 2 for the user's input, 1 otherwise. */
 int cf_exit_code(int status);
+/* Whole-string numbers: 1 on success, 0 for junk, overflow, NaN/Inf or out of [lo, hi]. */
+int cf_parse_long(const char *s, long lo, long hi, long *out);
+int cf_parse_double(const char *s, double lo, double hi, double *out);
+/* "--set KEY=VALUE" or "--set=KEY=VALUE" at argv[*i]: appends to sets (advancing *i past the value)
+ * and returns 1; 0 when argv[*i] is not a --set. */
+int cf_arg_set(int argc, char **argv, int *i, char **sets, int *nsets, int max_sets);
 /* True if arg equals either name. */
 int cf_arg_is(const char *arg, const char *long_name, const char *short_name);
 

@@ -1,4 +1,7 @@
 /* Helpers shared by the subcommands. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 #include "clformer/status.h"
@@ -16,4 +19,35 @@ int cf_exit_code(int status) {
 
 int cf_arg_is(const char *arg, const char *long_name, const char *short_name) {
   return (long_name && !strcmp(arg, long_name)) || (short_name && !strcmp(arg, short_name));
+}
+
+int cf_parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+int cf_parse_double(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+int cf_arg_set(int argc, char **argv, int *i, char **sets, int *nsets, int max_sets) {
+  const char *a = argv[*i];
+  if (!strncmp(a, "--set=", 6) && *nsets < max_sets) {
+    sets[(*nsets)++] = argv[*i] + 6;
+    return 1;
+  }
+  if (!strcmp(a, "--set") && *i + 1 < argc && *nsets < max_sets) {
+    sets[(*nsets)++] = argv[++*i];
+    return 1;
+  }
+  return 0;
 }

@@ -30,8 +30,7 @@ int cmd_check(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (cf_arg_is(argv[i], "--help", "-h")) { fputs(usage, stdout); return 0; }
     if (cf_arg_is(argv[i], "--keys", NULL)) { cf_config_print_keys(stdout); return 0; }
-    if (cf_arg_is(argv[i], "--set", NULL) && i + 1 < argc && nsets < 256) sets[nsets++] = argv[++i];
-    else if (!strncmp(argv[i], "--set=", 6) && nsets < 256) sets[nsets++] = argv[i] + 6;
+    if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (argv[i][0] != '-' && !path) path = argv[i];
     else { fprintf(stderr, "clformer check: unexpected argument '%s'\n\n%s", argv[i], usage); return 2; }
   }

@@ -28,18 +28,25 @@ int cmd_sample(int argc, char **argv) {
   int tokens = 200, top_k = 0;
   double temperature = 0.8, top_p = 1.0;
   unsigned long long seed = 1;
+  long l;
+  const char *bad_opt = NULL, *bad_val = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
     else if (cf_arg_is(a, "--prompt", "-p") && v) prompt = argv[++i];
-    else if (cf_arg_is(a, "--tokens", "-n") && v) tokens = atoi(argv[++i]);
-    else if (cf_arg_is(a, "--temperature", "-t") && v) temperature = atof(argv[++i]);
-    else if (cf_arg_is(a, "--top-k", NULL) && v) top_k = atoi(argv[++i]);
-    else if (cf_arg_is(a, "--top-p", NULL) && v) top_p = atof(argv[++i]);
-    else if (cf_arg_is(a, "--seed", NULL) && v) seed = strtoull(argv[++i], NULL, 10);
+    else if (cf_arg_is(a, "--tokens", "-n") && v) { if (!cf_parse_long(argv[++i], 0, 100000000, &l)) { bad_opt = a; bad_val = argv[i]; break; } tokens = (int)l; }
+    else if (cf_arg_is(a, "--temperature", "-t") && v) { if (!cf_parse_double(argv[++i], 0, 1e6, &temperature)) { bad_opt = a; bad_val = argv[i]; break; } }
+    else if (cf_arg_is(a, "--top-k", NULL) && v) { if (!cf_parse_long(argv[++i], 0, 1000000, &l)) { bad_opt = a; bad_val = argv[i]; break; } top_k = (int)l; }
+    else if (cf_arg_is(a, "--top-p", NULL) && v) { if (!cf_parse_double(argv[++i], 1e-9, 1, &top_p)) { bad_opt = a; bad_val = argv[i]; break; } }
+    else if (cf_arg_is(a, "--seed", NULL) && v) { if (!cf_parse_long(argv[++i], 0, 2147483647, &l)) { bad_opt = a; bad_val = argv[i]; break; } seed = (unsigned long long)l; }
     else if (cf_arg_is(a, "--device", "-d") && v) device = argv[++i];
     else if (a[0] != '-' && !dir) dir = a;
     else { fprintf(stderr, "clformer sample: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+  }
+  if (bad_opt) {
+    fprintf(stderr, "clformer sample: %s '%s' is not valid: --tokens, --top-k and --seed take non-negative integers, "
+            "--temperature a number >= 0, --top-p a number in (0, 1]\n", bad_opt, bad_val);
+    return 2;
   }
   if (!dir) { fprintf(stderr, "clformer sample: RUN_DIR is required\n\n%s", usage); return 2; }
   if (tokens < 0 || temperature < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1)) {

@@ -26,7 +26,7 @@ int cmd_train(int argc, char **argv) {
   int nsets = 0, quiet = 0;
   for (int i = 1; i < argc; i++) {
     if (cf_arg_is(argv[i], "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_is(argv[i], "--set", NULL) && i + 1 < argc && nsets < 256) sets[nsets++] = argv[++i];
+    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (cf_arg_is(argv[i], "--device", "-d") && i + 1 < argc) device = argv[++i];
     else if (cf_arg_is(argv[i], "--resume", NULL) && i + 1 < argc) resume = argv[++i];
     else if (cf_arg_is(argv[i], "--quiet", "-q")) quiet = 1;

@@ -85,6 +85,7 @@ static cf_status parse_spec(spec *s, const char *path, char **sets, int nsets) {
   }
   for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && st == CF_OK; p++) {
     yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
+    if (k->type != YAML_SCALAR_NODE) { st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: keys must be plain names", path, k->start_mark.line + 1); break; }
     const char *key = (const char *)k->data.scalar.value, *val = NULL;
     char *end;
     if (!strcmp(key, "base")) st = cf_config_apply_node(&s->base, &doc, v, path);
@@ -131,6 +132,7 @@ static cf_status parse_spec(spec *s, const char *path, char **sets, int nsets) {
     }
     for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top && st == CF_OK; p++) {
       yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
+    if (k->type != YAML_SCALAR_NODE) { st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: keys must be plain names", path, k->start_mark.line + 1); break; }
       const char *key = (const char *)k->data.scalar.value, *val = NULL;
       if (!strcmp(key, "name")) {
         if ((st = scalar(&doc, v, path, key, &val)) != CF_OK) break;
@@ -548,11 +550,11 @@ int cmd_compare(int argc, char **argv) {
     const char *a = argv[i];
     int has = i + 1 < argc;
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_is(a, "--set", NULL) && has && nsets < 256) sets[nsets++] = argv[++i];
+    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (cf_arg_is(a, "--seeds", NULL) && has) {
-      char *end;
-      seeds = (int)strtol(argv[++i], &end, 10);
-      if (*end || seeds < 1) { fprintf(stderr, "clformer compare: --seeds needs a positive integer\n"); return 2; }
+      long v;
+      if (!cf_parse_long(argv[++i], 1, 1000, &v)) { fprintf(stderr, "clformer compare: --seeds needs an integer from 1 to 1000\n"); return 2; }
+      seeds = (int)v;
     } else if (cf_arg_is(a, "--only", NULL) && has) only = argv[++i];
     else if (cf_arg_is(a, "--device", "-d") && has) device = argv[++i];
     else if (cf_arg_is(a, "--out", "-o") && has) out = argv[++i];
@@ -610,12 +612,27 @@ int cmd_compare(int argc, char **argv) {
         run_status(dir, status, sizeof status);
         if (s.seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed%d]", idx, total, s.v[i].name, k);
         else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s.v[i].name);
-        if (!strcmp(status, "finished") || !strcmp(status, "diverged")) {
+        cf_config c = s.v[i].cfg;
+        c.seed += (unsigned long long)k;
+        /* a run already there must be of this variant's config, or its numbers would be mislabelled */
+        int saved_steps = 0;
+        if (exists(dir, "config.yaml")) {
+          char p[1300], key[64], was[1100], now[1100];
+          cf_config saved;
+          cf_config_defaults(&saved);
+          snprintf(p, sizeof p, "%s/config.yaml", dir);
+          if (cf_config_load(&saved, p) != CF_OK || cf_config_validate(&saved) != CF_OK) { st = CF_ERR_CONFIG; break; }
+          if (cf_config_first_difference(&saved, &c, key, was, now)) {
+            st = CF_FAIL(CF_ERR_CONFIG, "%s holds a run with %s = %s, but variant '%s' now says %s: move that run away "
+                         "or choose another out", dir, key, was, s.v[i].name, now);
+            break;
+          }
+          saved_steps = saved.train.steps;
+        }
+        if (!strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= c.train.steps)) {
           printf("%s already %s: skipped\n", label, status);
           continue;
         }
-        cf_config c = s.v[i].cfg;
-        c.seed += (unsigned long long)k;
         if (strlen(dir) >= sizeof c.train.out) { st = CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", dir); break; }
         memcpy(c.train.out, dir, strlen(dir) + 1);
         int resume = exists(dir, "checkpoint.safetensors");

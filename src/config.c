@@ -246,6 +246,12 @@ static cf_status walk(cf_config *c, yaml_document_t *doc, yaml_node_t *node, con
     yaml_node_t *kn = yaml_document_get_node(doc, p->key), *vn = yaml_document_get_node(doc, p->value);
     mark_where(where, sizeof where, origin, kn->start_mark);
     if (kn->type != YAML_SCALAR_NODE) return CF_FAIL(CF_ERR_CONFIG, "%s: keys must be plain names", where);
+    for (yaml_node_pair_t *q = node->data.mapping.pairs.start; q < p; q++) {
+      yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+      if (qk->type == YAML_SCALAR_NODE && !strcmp((const char *)qk->data.scalar.value, (const char *)kn->data.scalar.value))
+        return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' appears twice (first at line %zu)", where,
+                       (const char *)kn->data.scalar.value, qk->start_mark.line + 1);
+    }
     char key[256];
     snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", (const char *)kn->data.scalar.value);
     const key_spec *k = find_key(key);
@@ -366,6 +372,15 @@ cf_status cf_config_validate(cf_config *c) {
   if (!c->data.train[0])
     return CF_FAIL(CF_ERR_CONFIG, "%s%sdata.train: missing required value (the training text file)", c->source,
                    c->source[0] ? ": " : "");
+  if (!c->train.out[0]) return CF_FAIL(CF_ERR_CONFIG, "%s: must name a directory", key_where(c, "train.out", w, sizeof w));
+  /* every tensor's element count must fit the kernels' 32-bit indexing */
+  double N = (double)c->data.batch_size * c->data.seq_len, C = c->model.d_model;
+  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), 256.0);
+  double att = (double)c->data.batch_size * c->model.heads * c->data.seq_len * c->data.seq_len;
+  if (N * widest >= 2147483648.0 || att >= 2147483648.0 || 12.0 * C * C * c->model.layers >= 2147483648.0)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
+                   "tensor would exceed 2^31 elements", key_where(c, "data.batch_size", w, sizeof w), c->data.batch_size,
+                   c->data.seq_len, c->model.d_model, c->model.d_ff, c->model.layers);
   if (c->model.d_model % c->model.heads)
     return CF_FAIL(CF_ERR_CONFIG, "%s: %d heads do not divide model.d_model = %d", key_where(c, "model.heads", w, sizeof w),
                    c->model.heads, c->model.d_model);
@@ -405,7 +420,18 @@ static void format_value(const cf_config *c, const key_spec *k, char *buf, size_
     case K_U64: snprintf(buf, n, "%llu", *(const unsigned long long *)base); break;
     case K_DOUBLE: snprintf(buf, n, "%.10g", *(const double *)base); break;
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)base ? "true" : "false"); break;
-    case K_STRING: snprintf(buf, n, "\"%s\"", base); break;
+    case K_STRING: {  /* double-quoted YAML: escape what would end or bend the scalar */
+      size_t o = 0;
+      buf[o++] = '"';
+      for (const unsigned char *p = (const unsigned char *)base; *p && o + 6 < n; p++) {
+        if (*p == '"' || *p == '\\') { buf[o++] = '\\'; buf[o++] = (char)*p; }
+        else if (*p < 0x20) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", *p);
+        else buf[o++] = (char)*p;
+      }
+      buf[o++] = '"';
+      buf[o] = 0;
+      break;
+    }
     case K_PAIR: snprintf(buf, n, "[%.10g, %.10g]", ((const double *)base)[0], ((const double *)base)[1]); break;
     case K_ENUM: {
       int v = *(const int *)base, i = 0;
@@ -415,6 +441,22 @@ static void format_value(const cf_config *c, const key_spec *k, char *buf, size_
       break;
     }
   }
+}
+
+int cf_config_first_difference(const cf_config *a, const cf_config *b, char key[64], char was[1100], char now[1100]) {
+  for (size_t i = 0; i < NKEYS; i++) {
+    const char *k = keys[i].key;
+    if (!strcmp(k, "device") || !strcmp(k, "train.steps") || !strcmp(k, "train.out") || !strcmp(k, "train.eval_batches") ||
+        (!strncmp(k, "train.", 6) && strstr(k, "_every")))
+      continue;
+    format_value(a, &keys[i], was, 1100);
+    format_value(b, &keys[i], now, 1100);
+    if (strcmp(was, now)) {
+      snprintf(key, 64, "%s", k);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 void cf_config_write(const cf_config *c, FILE *f) {

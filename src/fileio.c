@@ -78,6 +78,7 @@ cf_status cf_write_file_atomic(const char *path, const void *data, size_t len) {
 
 cf_status cf_mkdirs(const char *path) {
   char buf[4096];
+  if (!path[0]) return CF_FAIL(CF_ERR_IO, "an empty directory name");
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return CF_FAIL(CF_ERR_IO, "path too long: %s", path);
   for (char *p = buf + 1; ; p++) {
     if (*p == '/' || *p == 0) {

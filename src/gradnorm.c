@@ -70,13 +70,16 @@ static cf_status parse_gn(gn_spec *s, const char *path, char **sets, int nsets) 
   if (!root || root->type != YAML_MAPPING_NODE) st = CF_FAIL(CF_ERR_CONFIG, "%s: expected a mapping with base: and depths:", path);
   for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL; st == CF_OK && p < root->data.mapping.pairs.top; p++) {
     yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
+    if (k->type != YAML_SCALAR_NODE) { st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: keys must be plain names", path, k->start_mark.line + 1); break; }
     const char *key = (const char *)k->data.scalar.value;
     if (!strcmp(key, "base")) st = cf_config_apply_node(&s->base, &doc, v, path);
     else if (!strcmp(key, "depths")) st = parse_ints(&doc, v, path, key, s->depths, 32, &s->ndepths, 0);
     else if (!strcmp(key, "placements")) st = parse_ints(&doc, v, path, key, s->norms, 2, &s->nnorms, 1);
     else if (!strcmp(key, "seeds") && v->type == YAML_SCALAR_NODE) {
-      s->seeds = atoi((const char *)v->data.scalar.value);
-      if (s->seeds < 1 || s->seeds > 1000) st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: seeds: expected 1 to 1000", path, v->start_mark.line + 1);
+      long x;
+      if (!cf_parse_long((const char *)v->data.scalar.value, 1, 1000, &x))
+        st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: seeds: expected an integer from 1 to 1000", path, v->start_mark.line + 1);
+      else s->seeds = (int)x;
     } else if (!strcmp(key, "out") && v->type == YAML_SCALAR_NODE)
       snprintf(s->out, sizeof s->out, "%s", (const char *)v->data.scalar.value);
     else
@@ -133,10 +136,11 @@ int cmd_gradnorm(int argc, char **argv) {
     const char *a = argv[i];
     int has = i + 1 < argc;
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_is(a, "--set", NULL) && has && nsets < 256) sets[nsets++] = argv[++i];
+    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (cf_arg_is(a, "--seeds", NULL) && has) {
-      seeds = atoi(argv[++i]);
-      if (seeds < 1) { fprintf(stderr, "clformer gradnorm: --seeds needs a positive integer\n"); return 2; }
+      long v;
+      if (!cf_parse_long(argv[++i], 1, 1000, &v)) { fprintf(stderr, "clformer gradnorm: --seeds needs an integer from 1 to 1000\n"); return 2; }
+      seeds = (int)v;
     } else if (cf_arg_is(a, "--device", "-d") && has) device = argv[++i];
     else if (cf_arg_is(a, "--out", "-o") && has) out = argv[++i];
     else if (a[0] != '-' && !path) path = a;

@@ -122,7 +122,30 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   if ((st = cf_buffer_create(ctx, 4, &acc)) != CF_OK) goto done;
   cf_train_state ts = {0, INFINITY, 0, 0, 0};
   if (opts.resume_dir) {
-    if ((st = cf_checkpoint_load(m, ckpt, &ts, NULL)) != CF_OK) goto done;
+    char *saved_yaml = NULL;
+    if ((st = cf_checkpoint_load(m, ckpt, &ts, &saved_yaml)) != CF_OK) goto done;
+    /* a resumed run must be the same run: only its length and bookkeeping may change */
+    cf_config saved;
+    cf_config_defaults(&saved);
+    int v = cf_verbosity();
+    cf_set_verbosity(-1);
+    cf_status ps = saved_yaml ? cf_config_load_string(&saved, saved_yaml, ckpt) : CF_ERR_CHECKPOINT;
+    cf_set_verbosity(v);
+    cf_clear_error();
+    free(saved_yaml);
+    if (ps == CF_OK) ps = cf_config_validate(&saved);
+    if (ps != CF_OK) { st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: the config stored in it is unreadable", ckpt); goto done; }
+    char key[64], was[1100], now[1100];
+    if (cf_config_first_difference(&saved, cfg, key, was, now)) {
+      st = CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: %s was %s in this run and is %s now; a resumed run keeps its "
+                   "config (only train.steps and the train.*_every/eval_batches/out keys may change)", dir, key, was, now);
+      goto done;
+    }
+    if (ts.step >= cfg->train.steps) {
+      st = CF_FAIL(CF_ERR_CONFIG, "--resume %s: the run already has %d steps; raise train.steps (now %d) to continue it",
+                   dir, ts.step, cfg->train.steps);
+      goto done;
+    }
   } else {
     if ((st = cf_mkdirs(dir)) != CF_OK) goto done;
     if ((st = cf_model_init(m, cfg->seed)) != CF_OK) goto done;
@@ -163,7 +186,8 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
     if ((st = cf_model_grad_norm(m)) != CF_OK) break;
     if ((st = cf_model_update(m, lr, step)) != CF_OK) break;
     if ((st = cf_model_add_loss(m, cf_at(acc, 0))) != CF_OK) break;
-    int last = step == steps || stop_requested;
+    int stop = stop_requested != 0;  /* read once: the checkpoint and the exit must agree */
+    int last = step == steps || stop;
     int do_log = step % cfg->train.log_every == 0 || last;
     int do_eval = (cfg->train.eval_every && step % cfg->train.eval_every == 0) || last;
     int do_ckpt = (cfg->train.checkpoint_every && step % cfg->train.checkpoint_every == 0) || last;
@@ -225,7 +249,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
              step, steps);
       fflush(stdout);
     }
-    if (stop_requested) {
+    if (stop) {
       res->interrupted = 1;
       if (!opts.quiet) printf("%s%sstopped by signal after step %d; checkpoint saved: resume with --resume %s\n", label, sep,
                               step, dir);

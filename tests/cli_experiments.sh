@@ -55,6 +55,8 @@ assert "| post |" in md and "| pre |" in md and "**Reading.**" in md
 PY
 out=$("$bin" compare cmp.yaml --seeds 2 2>&1); rc=$?
 [[ $rc -eq 0 && $(grep -c "skipped" <<<"$out") -eq 4 ]] && ok "a rerun skips finished variants" || bad "rerun: $out"
+err=$("$bin" compare cmp.yaml --seeds 2 --set optim.lr=1e-3 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* ]] && ok "a changed variant is not mixed with old runs" || bad "changed variant: rc=$rc $err"
 err=$("$bin" compare cmp.yaml --only nosuch 2>&1); rc=$?
 [[ $rc -eq 2 && "$err" == *"no variant named 'nosuch'"* ]] && ok "--only with an unknown name" || bad "--only: rc=$rc $err"
 printf 'base: {data: {train: text.txt}}\nvariants:\n  - {name: a, set: {model.nrom: pre}}\n' > bad.yaml

@@ -60,11 +60,25 @@ err=$("$bin" train tiny.yaml --resume nowhere 2>&1); rc=$?
 err=$("$bin" train tiny.yaml --set train.out=f --set optim.lr=9 --set model.norm=post --set optim.name=sgd --set optim.momentum=0 --quiet 2>&1); rc=$?
 grep -q '"status": "diverged"' f/run.json 2>/dev/null && [[ $rc -eq 3 ]] && ok "divergence is recorded, exit 3" || bad "divergence: rc=$rc $(cat f/run.json 2>/dev/null) $err"
 
-"$bin" train tiny.yaml --set train.out=g --set train.steps=100000 --set train.log_every=1 > g.log 2>&1 &
+"$bin" train tiny.yaml --set train.out=g --set train.steps=100000 --set train.log_every=1 --set train.eval_every=0 \
+  --set train.checkpoint_every=0 > g.log 2>&1 &
 pid=$!
 for i in $(seq 1 100); do sleep 0.2; grep -q "step .*3/" g.log 2>/dev/null && break; done
 kill -INT $pid; wait $pid; rc=$?
-[[ $rc -eq 130 && -s g/checkpoint.safetensors ]] && grep -q '"interrupted"' g/run.json && ok "Ctrl-C stops with a checkpoint, exit 130" || bad "interrupt: rc=$rc $(tail -2 g.log)"
+stopped=$(sed -n 's/.*stopped by signal after step \([0-9]*\).*/\1/p' g.log)
+ck_step=$(python3 -c "
+import json,struct,sys
+b=open('g/checkpoint.safetensors','rb').read(); n=struct.unpack('<Q',b[:8])[0]; print(json.loads(b[8:8+n])['__metadata__']['step'])" 2>/dev/null)
+[[ $rc -eq 130 && -n "$stopped" && "$ck_step" == "$stopped" ]] && grep -q "\"steps_done\": $stopped," g/run.json \
+  && ok "Ctrl-C checkpoints the very step it stops after ($stopped), exit 130" || bad "interrupt: rc=$rc stopped=$stopped checkpoint=$ck_step $(cat g/run.json)"
+"$bin" train tiny.yaml --resume g --set train.steps=$((stopped + 2)) --quiet && ok "an interrupted run resumes" || bad "resume after Ctrl-C"
+
+err=$("$bin" train tiny.yaml --resume c --set train.steps=30 --set model.norm=post --set model.final_norm=true 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"model.norm was pre"* ]] && ok "resume refuses a changed architecture" || bad "resume with another norm: rc=$rc $err"
+err=$("$bin" train tiny.yaml --resume c --set train.steps=30 --set seed=99 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"seed was 5"* ]] && ok "resume refuses a changed seed" || bad "resume with another seed: rc=$rc $err"
+err=$("$bin" train tiny.yaml --resume c --set train.steps=10 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"already has 20 steps"* ]] && ok "resume refuses to shorten a run" || bad "shorten: rc=$rc $err"
 
 out=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3); rc=$?
 out2=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3)

@@ -68,6 +68,11 @@ cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, co
  * overrides, before any work. */
 cf_status cf_config_validate(cf_config *c);
 
+/* The first key (in schema order) whose value differs between a and b, ignoring the keys a run
+ * may change when resumed (train.steps, train.*_every, train.eval_batches, train.out, device); its
+ * name and both values as text. 0 when they agree. */
+int cf_config_first_difference(const cf_config *a, const cf_config *b, char key[64], char was[1100], char now[1100]);
+
 /* Write the fully resolved config as YAML (loadable by cf_config_load). */
 void cf_config_write(const cf_config *c, FILE *f);
 /* The schema as a Markdown table: key, type, default, meaning. */
