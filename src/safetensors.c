@@ -1,6 +1,8 @@
 /* safetensors reader and writer. The reader holds a small JSON parser for the header: objects,
  * strings, integer arrays; enough for the format, strict about everything else. */
 #include <ctype.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "clformer/safetensors.h"
@@ -118,10 +120,14 @@ static int parse_ints(parser *ps, int64_t *out, int cap, int *n) {
   if (eat(ps, ']')) return 1;
   do {
     ws(ps);
-    char *e;
-    long long v = strtoll(ps->p, &e, 10);
-    if (e == ps->p || v < 0) { ps->err = "expected a non-negative integer"; return 0; }
-    ps->p = e;
+    /* digits only, and never past the header's end */
+    long long v = 0;
+    const char *start = ps->p;
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
+      if (v > (LLONG_MAX - 9) / 10) { ps->err = "integer too large"; return 0; }
+      v = v * 10 + (*ps->p++ - '0');
+    }
+    if (ps->p == start) { ps->err = "expected a non-negative integer"; return 0; }
     if (*n >= cap) { ps->err = "too many dimensions"; return 0; }
     out[(*n)++] = v;
   } while (eat(ps, ','));
@@ -146,7 +152,11 @@ static int parse_tensor(parser *ps, cf_st_entry *e, size_t data_len, size_t *beg
   if (strcmp(dtype, "F32")) { ps->err = "only F32 tensors are supported"; return 0; }
   if (e->ndim < 0 || noffs != 2) { ps->err = "tensor entry lacks shape or data_offsets"; return 0; }
   e->numel = 1;
-  for (int d = 0; d < e->ndim; d++) e->numel *= (size_t)e->shape[d];
+  for (int d = 0; d < e->ndim; d++)
+    if (__builtin_mul_overflow(e->numel, (size_t)e->shape[d], &e->numel) || e->numel > SIZE_MAX / 4) {
+      ps->err = "shape too large";
+      return 0;
+    }
   if (offs[1] < offs[0] || (size_t)offs[1] > data_len) { ps->err = "tensor data past the end of the file (truncated?)"; return 0; }
   if ((size_t)(offs[1] - offs[0]) != 4 * e->numel) { ps->err = "shape does not match data_offsets"; return 0; }
   *begin = (size_t)offs[0];

@@ -60,13 +60,18 @@ static FILE *open_metrics(const char *dir, int step) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *out = fopen(tmp, "w");
     if (!out) { free(text); return NULL; }
+    errno = 0;
     fputs(header, out);
     char *save, *line = strtok_r(text, "\n", &save);
     for (line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
       if (atoi(line) <= step) fprintf(out, "%s\n", line);
     free(text);
-    fclose(out);
-    if (rename(tmp, path) != 0) return NULL;
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+      int e = errno;
+      unlink(tmp);
+      errno = e;
+      return NULL;
+    }
     return fopen(path, "a");
   }
   FILE *f = fopen(path, "w");
