@@ -9,28 +9,6 @@
 
 static const cf_activation ACTS[] = {CF_ACT_RELU, CF_ACT_GELU_TANH, CF_ACT_GELU_ERF};
 
-/* Device tensors sit at nonzero offsets in their own buffers, freed together per case. */
-static cl_mem bufs[32];
-static int nbufs;
-static cf_mem dev(cf_context *ctx, const float *host, size_t n, size_t off) {
-  cl_mem b = test_buffer(ctx, NULL, n + off);
-  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
-  bufs[nbufs++] = b;
-  return cf_at(b, off);
-}
-static void free_bufs(void) {
-  while (nbufs) cf_buffer_free(bufs[--nbufs]);
-}
-static void upload(cf_context *ctx, cf_mem m, const float *host, size_t n) { TEST_OK(cf_write(ctx, m, host, n)); }
-static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
-static void check_same(const char *what, cf_context *ctx, cf_mem m, const float *first, size_t n) {
-  float *again = test_read(ctx, m, n);
-  TEST_ASSERT(memcmp(again, first, n * sizeof *first) == 0, "%s: rerun is not bit-identical", what);
-  free(again);
-}
-
 /* Inputs over [-6, 6] plus the points that matter: 0, tiny, large of both signs. */
 static void act_inputs(test_rng *r, float *x, size_t n) {
   static const float special[] = {0.0f, 1e-4f, -1e-4f, 30.0f, -30.0f, 12.5f, -12.5f, -0.0f};
@@ -45,14 +23,14 @@ static const float H = 0x1p-17f;
 static void activation_case(cf_context *ctx, test_rng *r, cf_activation act, size_t n) {
   const char *name = cf_activation_name(act);
   char what[128];
-  float *x = falloc(n), *dout = falloc(n);
+  float *x = test_falloc(n), *dout = test_falloc(n);
   act_inputs(r, x, n);
   test_fill_uniform(r, dout, n, -1, 1);
-  double *ref = dalloc(n), *gref = dalloc(n);
+  double *ref = test_dalloc(n), *gref = test_dalloc(n);
   ref_activation_forward(ref, x, n, act);
   ref_activation_backward(gref, dout, x, n, act);
-  cf_mem d_x = dev(ctx, x, n, 3), d_out = dev(ctx, NULL, n, 1), d_dout = dev(ctx, dout, n, 0);
-  cf_mem d_dinp = dev(ctx, NULL, n, 5);
+  cf_mem d_x = test_tensor(ctx, x, n, 3), d_out = test_tensor(ctx, NULL, n, 1), d_dout = test_tensor(ctx, dout, n, 0);
+  cf_mem d_dinp = test_tensor(ctx, NULL, n, 5);
 
   TEST_OK(cf_activation_forward(ctx, d_out, d_x, n, act));
   float *out = test_read(ctx, d_out, n);
@@ -60,7 +38,7 @@ static void activation_case(cf_context *ctx, test_rng *r, cf_activation act, siz
   test_compare(what, out, ref, n, 1e-5, 1e-4);
   test_poison(ctx, d_out, n);
   TEST_OK(cf_activation_forward(ctx, d_out, d_x, n, act));
-  check_same(what, ctx, d_out, out, n);
+  test_check_same(what, ctx, d_out, out, n);
 
   TEST_OK(cf_activation_backward(ctx, d_dinp, d_dout, d_x, n, act));
   float *dinp = test_read(ctx, d_dinp, n);
@@ -68,7 +46,7 @@ static void activation_case(cf_context *ctx, test_rng *r, cf_activation act, siz
   test_compare(what, dinp, gref, n, 1e-5, 1e-4);
   test_poison(ctx, d_dinp, n);
   TEST_OK(cf_activation_backward(ctx, d_dinp, d_dout, d_x, n, act));
-  check_same(what, ctx, d_dinp, dinp, n);
+  test_check_same(what, ctx, d_dinp, dinp, n);
 
   /* in place: out aliasing inp, dinp aliasing dout */
   TEST_OK(cf_activation_forward(ctx, d_x, d_x, n, act));
@@ -76,14 +54,14 @@ static void activation_case(cf_context *ctx, test_rng *r, cf_activation act, siz
   snprintf(what, sizeof what, "%s_forward in place n=%zu", name, n);
   test_compare(what, al, ref, n, 1e-5, 1e-4);
   free(al);
-  upload(ctx, d_x, x, n);
+  test_upload(ctx, d_x, x, n);
   TEST_OK(cf_activation_backward(ctx, d_dout, d_dout, d_x, n, act));
   al = test_read(ctx, d_dout, n);
   snprintf(what, sizeof what, "%s_backward dinp aliasing dout n=%zu", name, n);
   test_compare(what, al, gref, n, 1e-5, 1e-4);
   free(al);
 
-  free_bufs();
+  test_free_tensors();
   free(x); free(dout); free(ref); free(gref); free(out); free(dinp);
 }
 
@@ -108,13 +86,13 @@ static void activation_fd(cf_context *ctx, test_rng *r, cf_activation act) {
   for (int i = 0; i < n; i++) gf[i] = (float)g[i];
   snprintf(what, sizeof what, "ref %s_backward vs central differences", cf_activation_name(act));
   test_compare(what, gf, fd, n, 1e-6, 1e-5);  /* float-rounded reference: ~6e-8 relative */
-  cf_mem d_x = dev(ctx, x, n, 2), d_one = dev(ctx, ones, n, 0), d_g = dev(ctx, NULL, n, 1);
+  cf_mem d_x = test_tensor(ctx, x, n, 2), d_one = test_tensor(ctx, ones, n, 0), d_g = test_tensor(ctx, NULL, n, 1);
   TEST_OK(cf_activation_backward(ctx, d_g, d_one, d_x, n, act));
   float *dg = test_read(ctx, d_g, n);
   snprintf(what, sizeof what, "device %s_backward vs central differences", cf_activation_name(act));
   test_compare(what, dg, fd, n, 1e-5, 1e-4);
   free(dg);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* Column sums over N rows of O(1) terms in fp32 round like sqrt(N) * eps * |partial sums|:
@@ -124,34 +102,34 @@ static double sum_atol(int N) { return 1e-5 * fmax(1.0, sqrt(N / 64.0)); }
 static void bias_case(cf_context *ctx, test_rng *r, int N, int C) {
   size_t NC = (size_t)N * C;
   char what[128];
-  float *x = falloc(NC), *b = falloc(C), *dout = falloc(NC), *db0 = falloc(C);
+  float *x = test_falloc(NC), *b = test_falloc(C), *dout = test_falloc(NC), *db0 = test_falloc(C);
   test_fill_uniform(r, x, NC, -3, 3);
   test_fill_uniform(r, b, C, -1, 1);
   test_fill_uniform(r, dout, NC, -1, 1);
   test_fill_uniform(r, db0, C, -1, 1);
-  double *ref = dalloc(NC), *rdb = dalloc(C);
+  double *ref = test_dalloc(NC), *rdb = test_dalloc(C);
   ref_bias_forward(ref, x, b, N, C);
   for (int c = 0; c < C; c++) rdb[c] = db0[c];
   ref_bias_backward(rdb, dout, N, C);
-  cf_mem d_x = dev(ctx, x, NC, 1), d_b = dev(ctx, b, C, 2), d_dout = dev(ctx, dout, NC, 3), d_db = dev(ctx, db0, C, 1);
+  cf_mem d_x = test_tensor(ctx, x, NC, 1), d_b = test_tensor(ctx, b, C, 2), d_dout = test_tensor(ctx, dout, NC, 3), d_db = test_tensor(ctx, db0, C, 1);
 
   TEST_OK(cf_bias_forward(ctx, d_x, d_b, N, C));
   float *out = test_read(ctx, d_x, NC);
   snprintf(what, sizeof what, "bias_forward N=%d C=%d", N, C);
   test_compare(what, out, ref, NC, 1e-5, 1e-4);
-  upload(ctx, d_x, x, NC);
+  test_upload(ctx, d_x, x, NC);
   TEST_OK(cf_bias_forward(ctx, d_x, d_b, N, C));
-  check_same(what, ctx, d_x, out, NC);
+  test_check_same(what, ctx, d_x, out, NC);
 
   TEST_OK(cf_bias_backward(ctx, d_db, d_dout, N, C));
   float *db = test_read(ctx, d_db, C);
   snprintf(what, sizeof what, "bias_backward (+=) N=%d C=%d", N, C);
   test_compare(what, db, rdb, C, sum_atol(N), 1e-4);
-  upload(ctx, d_db, db0, C);
+  test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_bias_backward(ctx, d_db, d_dout, N, C));
-  check_same(what, ctx, d_db, db, C);
+  test_check_same(what, ctx, d_db, db, C);
 
-  free_bufs();
+  test_free_tensors();
   free(x); free(b); free(dout); free(db0); free(ref); free(rdb); free(out); free(db);
 }
 
@@ -159,15 +137,15 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   size_t NC = (size_t)N * C;
   const char *name = cf_activation_name(act);
   char what[128];
-  float *pre = falloc(NC), *b = falloc(C), *dout = falloc(NC), *db0 = falloc(C);
+  float *pre = test_falloc(NC), *b = test_falloc(C), *dout = test_falloc(NC), *db0 = test_falloc(C);
   act_inputs(r, pre, NC);
   test_fill_uniform(r, b, C, -1, 1);
   test_fill_uniform(r, dout, NC, -1, 1);
   test_fill_uniform(r, db0, C, -1, 1);
-  double *rout = dalloc(NC), *rpre = dalloc(NC), *rdpre = dalloc(NC), *rdb = dalloc(C);
+  double *rout = test_dalloc(NC), *rpre = test_dalloc(NC), *rdpre = test_dalloc(NC), *rdb = test_dalloc(C);
   ref_bias_act_forward(rout, rpre, pre, b, N, C, act);
-  cf_mem d_pre = dev(ctx, pre, NC, 2), d_b = dev(ctx, b, C, 1), d_out = dev(ctx, NULL, NC, 3);
-  cf_mem d_dout = dev(ctx, dout, NC, 1), d_dpre = dev(ctx, NULL, NC, 0), d_db = dev(ctx, db0, C, 2);
+  cf_mem d_pre = test_tensor(ctx, pre, NC, 2), d_b = test_tensor(ctx, b, C, 1), d_out = test_tensor(ctx, NULL, NC, 3);
+  cf_mem d_dout = test_tensor(ctx, dout, NC, 1), d_dpre = test_tensor(ctx, NULL, NC, 0), d_db = test_tensor(ctx, db0, C, 2);
 
   TEST_OK(cf_bias_act_forward(ctx, d_out, d_pre, d_b, N, C, act));
   float *out = test_read(ctx, d_out, NC), *pb = test_read(ctx, d_pre, NC);
@@ -175,11 +153,11 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   test_compare(what, out, rout, NC, 1e-5, 1e-4);
   snprintf(what, sizeof what, "bias_act_forward %s pre (in place) N=%d C=%d", name, N, C);
   test_compare(what, pb, rpre, NC, 1e-5, 1e-4);
-  upload(ctx, d_pre, pre, NC);
+  test_upload(ctx, d_pre, pre, NC);
   test_poison(ctx, d_out, NC);
   TEST_OK(cf_bias_act_forward(ctx, d_out, d_pre, d_b, N, C, act));
-  check_same(what, ctx, d_pre, pb, NC);
-  check_same(what, ctx, d_out, out, NC);
+  test_check_same(what, ctx, d_pre, pb, NC);
+  test_check_same(what, ctx, d_out, out, NC);
 
   /* backward from the biased pre-activation the device left */
   for (int c = 0; c < C; c++) rdb[c] = db0[c];
@@ -191,19 +169,19 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   snprintf(what, sizeof what, "bias_act_backward %s dbias (+=) N=%d C=%d", name, N, C);
   test_compare(what, db, rdb, C, sum_atol(N), 1e-4);
   test_poison(ctx, d_dpre, NC);
-  upload(ctx, d_db, db0, C);
+  test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act));
-  check_same(what, ctx, d_dpre, dpre, NC);
-  check_same(what, ctx, d_db, db, C);
+  test_check_same(what, ctx, d_dpre, dpre, NC);
+  test_check_same(what, ctx, d_db, db, C);
   /* dpre aliasing dout */
-  upload(ctx, d_db, db0, C);
+  test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_bias_act_backward(ctx, d_dout, d_db, d_dout, d_pre, N, C, act));
   float *al = test_read(ctx, d_dout, NC);
   snprintf(what, sizeof what, "bias_act_backward %s dpre aliasing dout N=%d C=%d", name, N, C);
   test_compare(what, al, rdpre, NC, 1e-5, 1e-4);
-  check_same(what, ctx, d_db, db, C);
+  test_check_same(what, ctx, d_db, db, C);
 
-  free_bufs();
+  test_free_tensors();
   free(pre); free(b); free(dout); free(db0); free(rout); free(rpre); free(rdpre); free(rdb);
   free(out); free(pb); free(dpre); free(db); free(al);
 }
@@ -211,7 +189,7 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
 /* loss = sum(act(pre + bias) * rw) of the reference */
 static double bias_act_loss(const float *pre, const float *b, const float *rw, int N, int C, cf_activation act) {
   size_t NC = (size_t)N * C;
-  double *out = dalloc(NC), *p = dalloc(NC), l = 0;
+  double *out = test_dalloc(NC), *p = test_dalloc(NC), l = 0;
   ref_bias_act_forward(out, p, pre, b, N, C, act);
   for (size_t i = 0; i < NC; i++) l += out[i] * rw[i];
   free(out); free(p);
@@ -258,8 +236,8 @@ static void bias_act_fd(cf_context *ctx, test_rng *r, cf_activation act) {
   snprintf(what, sizeof what, "ref bias_act_backward %s dbias vs central differences", name);
   test_compare(what, g + NC, fdb, C, 1e-6, 1e-5);
 
-  cf_mem d_pre = dev(ctx, pre, NC, 1), d_b = dev(ctx, b, C, 0), d_out = dev(ctx, NULL, NC, 2);
-  cf_mem d_rw = dev(ctx, rw, NC, 3), d_dpre = dev(ctx, NULL, NC, 1), d_db = dev(ctx, NULL, C, 1);
+  cf_mem d_pre = test_tensor(ctx, pre, NC, 1), d_b = test_tensor(ctx, b, C, 0), d_out = test_tensor(ctx, NULL, NC, 2);
+  cf_mem d_rw = test_tensor(ctx, rw, NC, 3), d_dpre = test_tensor(ctx, NULL, NC, 1), d_db = test_tensor(ctx, NULL, C, 1);
   TEST_OK(cf_fill(ctx, d_db, 0, C));
   TEST_OK(cf_bias_act_forward(ctx, d_out, d_pre, d_b, N, C, act));
   TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_rw, d_pre, N, C, act));
@@ -286,11 +264,11 @@ static void bias_act_fd(cf_context *ctx, test_rng *r, cf_activation act) {
     free(ddb);
   }
   free(ddp);
-  free_bufs();
+  test_free_tensors();
 }
 
 static void bad_arguments(cf_context *ctx) {
-  cf_mem z = dev(ctx, NULL, 16, 0);
+  cf_mem z = test_tensor(ctx, NULL, 16, 0);
   int v = cf_verbosity();
   cf_set_verbosity(-1);
   TEST_ASSERT(cf_activation_forward(ctx, z, z, 4, (cf_activation)7) == CF_ERR_INVALID_ARG, "activation 7 accepted");
@@ -308,7 +286,7 @@ static void bad_arguments(cf_context *ctx) {
   TEST_ASSERT(cf_activation_forward(ctx, z, z, 0, CF_ACT_RELU) == CF_OK, "n = 0 rejected");
   TEST_ASSERT(cf_bias_backward(ctx, z, z, 0, 3) == CF_OK, "N = 0 rejected");
   TEST_ASSERT(strcmp(cf_activation_name(CF_ACT_GELU_ERF), "gelu_erf") == 0, "name of CF_ACT_GELU_ERF");
-  free_bufs();
+  test_free_tensors();
 }
 
 int main(void) {

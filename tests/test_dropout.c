@@ -7,20 +7,6 @@
 #include "clformer/philox.h"
 #include "testutil.h"
 
-static cl_mem bufs[16];
-static int nbufs;
-static cf_mem dev(cf_context *ctx, const float *host, size_t n, size_t off) {
-  cl_mem b = test_buffer(ctx, NULL, n + off);
-  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
-  bufs[nbufs++] = b;
-  return cf_at(b, off);
-}
-static void free_bufs(void) {
-  while (nbufs) cf_buffer_free(bufs[--nbufs]);
-}
-static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
 /* Random123's known-answer vectors for philox4x32_10. */
 static void philox_known_answers(void) {
   static const uint32_t kat[3][10] = {
@@ -47,9 +33,9 @@ static void philox_known_answers(void) {
 /* The device mask, read off a buffer of ones, against cf_dropout_keep: kept elements must be
  * exactly the float scale, dropped ones exactly 0. */
 static void mask_matches_host(cf_context *ctx, cf_dropout d, size_t n, size_t off) {
-  float *ones = falloc(n);
+  float *ones = test_falloc(n);
   for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-  cf_mem x = dev(ctx, ones, n, off);
+  cf_mem x = test_tensor(ctx, ones, n, off);
   TEST_OK(cf_dropout_forward(ctx, x, n, d));
   float *y = test_read(ctx, x, n), scale = cf_dropout_scale(d);
   size_t bad = 0, kept = 0;
@@ -73,18 +59,18 @@ static void mask_matches_host(cf_context *ctx, cf_dropout d, size_t n, size_t of
     printf("ok   device mask = host mask, n=%zu p=%g seed=%u step=%u tensor=%u (kept %.4f)\n", n, (double)d.p, d.seed,
            d.step, d.tensor_id, (double)kept / n);
   free(ones); free(y); free(yb);
-  free_bufs();
+  test_free_tensors();
 }
 
 static void forward_backward(cf_context *ctx, test_rng *r, cf_dropout d, size_t n) {
   char what[128];
-  float *x = falloc(n), *g = falloc(n);
+  float *x = test_falloc(n), *g = test_falloc(n);
   test_fill_uniform(r, x, n, -3, 3);
   test_fill_uniform(r, g, n, -1, 1);
-  double *ref = dalloc(n), *gref = dalloc(n);
+  double *ref = test_dalloc(n), *gref = test_dalloc(n);
   ref_dropout_forward(ref, x, n, d);
   ref_dropout_backward(gref, g, n, d);
-  cf_mem d_x = dev(ctx, x, n, 1 + n % 5), d_g = dev(ctx, g, n, 2);
+  cf_mem d_x = test_tensor(ctx, x, n, 1 + n % 5), d_g = test_tensor(ctx, g, n, 2);
   TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
   TEST_OK(cf_dropout_backward(ctx, d_g, n, d));
   float *y = test_read(ctx, d_x, n), *gy = test_read(ctx, d_g, n);
@@ -98,7 +84,7 @@ static void forward_backward(cf_context *ctx, test_rng *r, cf_dropout d, size_t 
   float *y2 = test_read(ctx, d_x, n);
   TEST_ASSERT(memcmp(y, y2, n * sizeof *y) == 0, "%s: rerun is not bit-identical", what);
   free(x); free(g); free(ref); free(gref); free(y); free(gy); free(y2);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* Dropout is linear: the reference backward against central differences of
@@ -127,12 +113,12 @@ static void finite_differences(cf_context *ctx, test_rng *r) {
   float gf[n];
   for (int i = 0; i < n; i++) gf[i] = (float)g[i];
   test_compare("ref dropout_backward vs central differences", gf, fd, n, 1e-6, 1e-5);
-  cf_mem d_g = dev(ctx, rw, n, 3);
+  cf_mem d_g = test_tensor(ctx, rw, n, 3);
   TEST_OK(cf_dropout_backward(ctx, d_g, n, d));
   float *dg = test_read(ctx, d_g, n);
   test_compare("device dropout_backward vs central differences", dg, fd, n, 1e-5, 1e-4);
   free(dg);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* p == 0: nothing launched, the buffer bit for bit as it was (NaN, -0 and all). */
@@ -143,7 +129,7 @@ static void p_zero_is_identity(cf_context *ctx, test_rng *r) {
   x[0] = NAN;
   x[1] = -0.0f;
   x[2] = INFINITY;
-  cf_mem d_x = dev(ctx, x, n, 2);
+  cf_mem d_x = test_tensor(ctx, x, n, 2);
   cf_dropout d = {0.0f, 1, 2, 3};
   TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
   TEST_OK(cf_dropout_backward(ctx, d_x, n, d));
@@ -151,7 +137,7 @@ static void p_zero_is_identity(cf_context *ctx, test_rng *r) {
   TEST_ASSERT(memcmp(x, y, sizeof x) == 0, "dropout with p = 0 changed the buffer");
   printf("ok   p = 0 leaves the buffer untouched\n");
   free(y);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* Kept fraction near 1-p, and masks of different (seed, step, tensor_id) are different. */
@@ -160,9 +146,9 @@ static void statistics(cf_context *ctx) {
   const float p = 0.3f;
   cf_dropout base = {p, 2024, 10, 4};
   cf_dropout other[3] = {{p, 2025, 10, 4}, {p, 2024, 11, 4}, {p, 2024, 10, 5}};
-  float *ones = falloc(n);
+  float *ones = test_falloc(n);
   for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-  cf_mem x = dev(ctx, ones, n, 0);
+  cf_mem x = test_tensor(ctx, ones, n, 0);
   TEST_OK(cf_dropout_forward(ctx, x, n, base));
   float *m0 = test_read(ctx, x, n);
   size_t kept = 0;
@@ -182,11 +168,11 @@ static void statistics(cf_context *ctx) {
   }
   printf("ok   kept fraction %.5f (p = %.2f); seed, step and tensor_id each give a new mask\n", frac, (double)p);
   free(ones); free(m0);
-  free_bufs();
+  test_free_tensors();
 }
 
 static void bad_arguments(cf_context *ctx) {
-  cf_mem z = dev(ctx, NULL, 16, 0);
+  cf_mem z = test_tensor(ctx, NULL, 16, 0);
   static const float bad[] = {1.0f, -0.1f, 1.5f, NAN, INFINITY};
   int v = cf_verbosity();
   cf_set_verbosity(-1);
@@ -197,7 +183,7 @@ static void bad_arguments(cf_context *ctx) {
   }
   cf_set_verbosity(v);
   cf_clear_error();
-  free_bufs();
+  test_free_tensors();
 }
 
 int main(void) {

@@ -5,34 +5,9 @@
 #include "clformer/layernorm.h"
 #include "testutil.h"
 
-/* Every device tensor of a case lives at a nonzero offset in its own buffer (the offset
- * convention is part of what is tested); buffers are freed together at the end of a case. */
-static cl_mem bufs[32];
-static int nbufs;
-static cf_mem dev(cf_context *ctx, const float *host, size_t n, size_t off) {
-  cl_mem b = test_buffer(ctx, NULL, n + off);
-  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
-  bufs[nbufs++] = b;
-  return cf_at(b, off);
-}
-static void free_bufs(void) {
-  while (nbufs) cf_buffer_free(bufs[--nbufs]);
-}
-
-static void upload(cf_context *ctx, cf_mem m, const float *host, size_t n) { TEST_OK(cf_write(ctx, m, host, n)); }
-
-static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
 /* Device output compared with a reference that starts at a float array (the += outputs). */
 static void add_base(double *ref, const float *base, size_t n) {
   for (size_t i = 0; i < n; i++) ref[i] += base[i];
-}
-
-static void check_same(const char *what, cf_context *ctx, cf_mem m, const float *first, size_t n) {
-  float *again = test_read(ctx, m, n);
-  TEST_ASSERT(memcmp(again, first, n * sizeof *first) == 0, "%s: rerun is not bit-identical", what);
-  free(again);
 }
 
 static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
@@ -40,8 +15,8 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
   size_t NC = (size_t)N * C;
   char what[128];
   printf("case N=%d C=%d\n", N, C);
-  float *inp = falloc(NC), *w = falloc(C), *b = falloc(C), *dout = falloc(NC), *dw0 = falloc(C), *db0 = falloc(C),
-        *dinp0 = falloc(NC);
+  float *inp = test_falloc(NC), *w = test_falloc(C), *b = test_falloc(C), *dout = test_falloc(NC), *dw0 = test_falloc(C), *db0 = test_falloc(C),
+        *dinp0 = test_falloc(NC);
   for (int n = 0; n < N; n++) {
     float shift = test_randf(r, -3, 3), scale = test_randf(r, 0.2f, 2);
     for (int c = 0; c < C; c++) inp[(size_t)n * C + c] = shift + scale * test_randf(r, -1, 1);
@@ -56,13 +31,13 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
   test_fill_uniform(r, dinp0, NC, -1, 1);
 
   size_t off = 1 + (size_t)(N + C) % 7;
-  cf_mem d_inp = dev(ctx, inp, NC, off), d_w = dev(ctx, w, C, off + 1), d_b = dev(ctx, b, C, 2);
-  cf_mem d_out = dev(ctx, NULL, NC, off), d_mean = dev(ctx, NULL, N, 3), d_rstd = dev(ctx, NULL, N, 1);
-  cf_mem d_dout = dev(ctx, dout, NC, 5), d_dinp = dev(ctx, NULL, NC, off);
-  cf_mem d_dw = dev(ctx, dw0, C, 1), d_db = dev(ctx, db0, C, 4);
+  cf_mem d_inp = test_tensor(ctx, inp, NC, off), d_w = test_tensor(ctx, w, C, off + 1), d_b = test_tensor(ctx, b, C, 2);
+  cf_mem d_out = test_tensor(ctx, NULL, NC, off), d_mean = test_tensor(ctx, NULL, N, 3), d_rstd = test_tensor(ctx, NULL, N, 1);
+  cf_mem d_dout = test_tensor(ctx, dout, NC, 5), d_dinp = test_tensor(ctx, NULL, NC, off);
+  cf_mem d_dw = test_tensor(ctx, dw0, C, 1), d_db = test_tensor(ctx, db0, C, 4);
 
   /* forward */
-  double *ref = dalloc(NC), *rmean = dalloc(N), *rrstd = dalloc(N);
+  double *ref = test_dalloc(NC), *rmean = test_dalloc(N), *rrstd = test_dalloc(N);
   ref_layernorm_forward(ref, rmean, rrstd, inp, w, b, N, C, eps);
   TEST_OK(cf_layernorm_forward(ctx, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, eps));
   float *out = test_read(ctx, d_out, NC), *mean = test_read(ctx, d_mean, N), *rstd = test_read(ctx, d_rstd, N);
@@ -76,12 +51,12 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
   test_poison(ctx, d_mean, N);
   test_poison(ctx, d_rstd, N);
   TEST_OK(cf_layernorm_forward(ctx, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, eps));
-  check_same("layernorm_forward out", ctx, d_out, out, NC);
-  check_same("layernorm_forward mean", ctx, d_mean, mean, N);
-  check_same("layernorm_forward rstd", ctx, d_rstd, rstd, N);
+  test_check_same("layernorm_forward out", ctx, d_out, out, NC);
+  test_check_same("layernorm_forward mean", ctx, d_mean, mean, N);
+  test_check_same("layernorm_forward rstd", ctx, d_rstd, rstd, N);
 
   /* backward, from the device's saved statistics */
-  double *rdinp = dalloc(NC), *rdw = dalloc(C), *rdb = dalloc(C);
+  double *rdinp = test_dalloc(NC), *rdw = test_dalloc(C), *rdb = test_dalloc(C);
   ref_layernorm_backward(rdinp, rdw, rdb, dout, inp, w, mean, rstd, N, C);
   add_base(rdw, dw0, C);
   add_base(rdb, db0, C);
@@ -98,19 +73,19 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
   test_compare(what, db, rdb, C, atol_w, 1e-4);
   /* rerun from the same starting point: bit-identical */
   test_poison(ctx, d_dinp, NC);
-  upload(ctx, d_dw, dw0, C);
-  upload(ctx, d_db, db0, C);
+  test_upload(ctx, d_dw, dw0, C);
+  test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_layernorm_backward(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0));
-  check_same("layernorm_backward dinp", ctx, d_dinp, dinp, NC);
-  check_same("layernorm_backward dweight", ctx, d_dw, dw, C);
-  check_same("layernorm_backward dbias", ctx, d_db, db, C);
+  test_check_same("layernorm_backward dinp", ctx, d_dinp, dinp, NC);
+  test_check_same("layernorm_backward dweight", ctx, d_dw, dw, C);
+  test_check_same("layernorm_backward dbias", ctx, d_db, db, C);
 
   /* accumulate = 1: dinp += */
-  upload(ctx, d_dinp, dinp0, NC);
-  upload(ctx, d_dw, dw0, C);
-  upload(ctx, d_db, db0, C);
+  test_upload(ctx, d_dinp, dinp0, NC);
+  test_upload(ctx, d_dw, dw0, C);
+  test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_layernorm_backward(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 1));
-  double *racc = dalloc(NC);
+  double *racc = test_dalloc(NC);
   for (size_t i = 0; i < NC; i++) racc[i] = rdinp[i] + dinp0[i];
   float *dacc = test_read(ctx, d_dinp, NC);
   snprintf(what, sizeof what, "layernorm_backward dinp (accumulate) N=%d C=%d", N, C);
@@ -118,7 +93,7 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
 
   /* dinp aliasing dout, both modes */
   for (int acc = 0; acc <= 1; acc++) {
-    upload(ctx, d_dinp, dout, NC);
+    test_upload(ctx, d_dinp, dout, NC);
     TEST_OK(cf_layernorm_backward(ctx, d_dinp, d_dw, d_db, d_dinp, d_inp, d_w, d_mean, d_rstd, N, C, acc));
     float *al = test_read(ctx, d_dinp, NC);
     for (size_t i = 0; i < NC; i++) racc[i] = rdinp[i] + (acc ? dout[i] : 0.0);
@@ -127,7 +102,7 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
     free(al);
   }
 
-  free_bufs();
+  test_free_tensors();
   free(inp); free(w); free(b); free(dout); free(dw0); free(db0); free(dinp0);
   free(ref); free(rmean); free(rrstd); free(out); free(mean); free(rstd);
   free(rdinp); free(rdw); free(rdb); free(dinp); free(dw); free(db); free(racc); free(dacc);
@@ -136,7 +111,7 @@ static void run_case(cf_context *ctx, test_rng *r, int N, int C) {
 /* loss = sum(out * rw) of the double reference */
 static double loss(const float *inp, const float *w, const float *b, const float *rw, int N, int C, float eps) {
   size_t NC = (size_t)N * C;
-  double *out = dalloc(NC), *m = dalloc(N), *rs = dalloc(N), l = 0;
+  double *out = test_dalloc(NC), *m = test_dalloc(N), *rs = test_dalloc(N), l = 0;
   ref_layernorm_forward(out, m, rs, inp, w, b, N, C, eps);
   for (size_t i = 0; i < NC; i++) l += out[i] * rw[i];
   free(out); free(m); free(rs);
@@ -162,24 +137,24 @@ static void fd_case(cf_context *ctx, test_rng *r, int N, int C) {
   const float eps = 1e-5f;
   size_t NC = (size_t)N * C;
   char what[128];
-  float *inp = falloc(NC), *w = falloc(C), *b = falloc(C), *rw = falloc(NC);
+  float *inp = test_falloc(NC), *w = test_falloc(C), *b = test_falloc(C), *rw = test_falloc(NC);
   test_fill_uniform(r, inp, NC, -2, 2);
   test_fill_uniform(r, w, C, -1.5f, 1.5f);
   test_fill_uniform(r, b, C, -1, 1);
   test_fill_uniform(r, rw, NC, -1, 1);
-  double *fdi = dalloc(NC), *fdw = dalloc(C), *fdb = dalloc(C);
+  double *fdi = test_dalloc(NC), *fdw = test_dalloc(C), *fdb = test_dalloc(C);
   for (size_t i = 0; i < NC; i++) fdi[i] = central(inp, i, inp, w, b, rw, N, C, eps);
   for (int c = 0; c < C; c++) fdw[c] = central(w, c, inp, w, b, rw, N, C, eps);
   for (int c = 0; c < C; c++) fdb[c] = central(b, c, inp, w, b, rw, N, C, eps);
 
   /* reference backward with its own statistics (rounded to float, as its signature takes) */
-  double *out = dalloc(NC), *m = dalloc(N), *rs = dalloc(N), *gi = dalloc(NC), *gw = dalloc(C), *gb = dalloc(C);
-  float *mf = falloc(N), *rf = falloc(N);
+  double *out = test_dalloc(NC), *m = test_dalloc(N), *rs = test_dalloc(N), *gi = test_dalloc(NC), *gw = test_dalloc(C), *gb = test_dalloc(C);
+  float *mf = test_falloc(N), *rf = test_falloc(N);
   ref_layernorm_forward(out, m, rs, inp, w, b, N, C, eps);
   for (int n = 0; n < N; n++) { mf[n] = (float)m[n]; rf[n] = (float)rs[n]; }
   ref_layernorm_backward(gi, gw, gb, rw, inp, w, mf, rf, N, C);
   /* the statistics' float rounding (~6e-8 relative) is the main error; differences are ~1e-10 */
-  float *gif = falloc(NC), *gwf = falloc(C), *gbf = falloc(C);
+  float *gif = test_falloc(NC), *gwf = test_falloc(C), *gbf = test_falloc(C);
   for (size_t i = 0; i < NC; i++) gif[i] = (float)gi[i];
   for (int c = 0; c < C; c++) { gwf[c] = (float)gw[c]; gbf[c] = (float)gb[c]; }
   snprintf(what, sizeof what, "ref_layernorm_backward dinp vs central differences N=%d C=%d", N, C);
@@ -190,9 +165,9 @@ static void fd_case(cf_context *ctx, test_rng *r, int N, int C) {
   test_compare(what, gbf, fdb, C, 1e-6, 1e-5);
 
   /* and the device, end to end: forward for the statistics, backward from zeroed grads */
-  cf_mem d_inp = dev(ctx, inp, NC, 1), d_w = dev(ctx, w, C, 2), d_b = dev(ctx, b, C, 0), d_rw = dev(ctx, rw, NC, 3);
-  cf_mem d_out = dev(ctx, NULL, NC, 0), d_m = dev(ctx, NULL, N, 0), d_r = dev(ctx, NULL, N, 0);
-  cf_mem d_gi = dev(ctx, NULL, NC, 1), d_gw = dev(ctx, NULL, C, 0), d_gb = dev(ctx, NULL, C, 0);
+  cf_mem d_inp = test_tensor(ctx, inp, NC, 1), d_w = test_tensor(ctx, w, C, 2), d_b = test_tensor(ctx, b, C, 0), d_rw = test_tensor(ctx, rw, NC, 3);
+  cf_mem d_out = test_tensor(ctx, NULL, NC, 0), d_m = test_tensor(ctx, NULL, N, 0), d_r = test_tensor(ctx, NULL, N, 0);
+  cf_mem d_gi = test_tensor(ctx, NULL, NC, 1), d_gw = test_tensor(ctx, NULL, C, 0), d_gb = test_tensor(ctx, NULL, C, 0);
   TEST_OK(cf_fill(ctx, d_gw, 0, C));
   TEST_OK(cf_fill(ctx, d_gb, 0, C));
   TEST_OK(cf_layernorm_forward(ctx, d_out, d_m, d_r, d_inp, d_w, d_b, N, C, eps));
@@ -205,13 +180,13 @@ static void fd_case(cf_context *ctx, test_rng *r, int N, int C) {
   snprintf(what, sizeof what, "device layernorm_backward dbias vs central differences N=%d C=%d", N, C);
   test_compare(what, dgb, fdb, C, 1e-5, 1e-4);
 
-  free_bufs();
+  test_free_tensors();
   free(inp); free(w); free(b); free(rw); free(fdi); free(fdw); free(fdb); free(out); free(m); free(rs);
   free(gi); free(gw); free(gb); free(mf); free(rf); free(gif); free(gwf); free(gbf); free(dgi); free(dgw); free(dgb);
 }
 
 static void bad_arguments(cf_context *ctx) {
-  cf_mem z = dev(ctx, NULL, 16, 0);
+  cf_mem z = test_tensor(ctx, NULL, 16, 0);
   int v = cf_verbosity();
   cf_set_verbosity(-1);
   TEST_ASSERT(cf_layernorm_forward(ctx, z, z, z, z, z, z, 2, 0, 1e-5f) == CF_ERR_INVALID_ARG, "C = 0 accepted");
@@ -224,7 +199,7 @@ static void bad_arguments(cf_context *ctx) {
   /* N = 0 is a no-op, not an error */
   TEST_ASSERT(cf_layernorm_forward(ctx, z, z, z, z, z, z, 0, 4, 1e-5f) == CF_OK, "N = 0 rejected");
   TEST_ASSERT(cf_layernorm_backward(ctx, z, z, z, z, z, z, z, z, 0, 4, 0) == CF_OK, "N = 0 rejected");
-  free_bufs();
+  test_free_tensors();
 }
 
 int main(void) {

@@ -7,37 +7,16 @@
 #include "clformer/elementwise.h"
 #include "testutil.h"
 
-static cl_mem bufs[16];
-static int nbufs;
-static cf_mem dev(cf_context *ctx, const float *host, size_t n, size_t off) {
-  cl_mem b = test_buffer(ctx, NULL, n + off);
-  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
-  bufs[nbufs++] = b;
-  return cf_at(b, off);
-}
-static void free_bufs(void) {
-  while (nbufs) cf_buffer_free(bufs[--nbufs]);
-}
-static void upload(cf_context *ctx, cf_mem m, const float *host, size_t n) { TEST_OK(cf_write(ctx, m, host, n)); }
-static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
-static void check_same(const char *what, cf_context *ctx, cf_mem m, const float *first, size_t n) {
-  float *again = test_read(ctx, m, n);
-  TEST_ASSERT(memcmp(again, first, n * sizeof *first) == 0, "%s: not bit-identical", what);
-  free(again);
-}
-
 /* out = a + b, then out = res + dropout(branch) for p = 0 and p > 0, each also in place. */
 static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
   char what[128];
   cf_dropout d = {p, 555, 3, (uint32_t)n};
-  float *a = falloc(n), *b = falloc(n);
+  float *a = test_falloc(n), *b = test_falloc(n);
   test_fill_uniform(r, a, n, -3, 3);
   test_fill_uniform(r, b, n, -3, 3);
-  double *ref = dalloc(n);
+  double *ref = test_dalloc(n);
   ref_residual_dropout_forward(ref, a, b, n, d);
-  cf_mem d_a = dev(ctx, a, n, 1), d_b = dev(ctx, b, n, 2 + n % 3), d_out = dev(ctx, NULL, n, 3);
+  cf_mem d_a = test_tensor(ctx, a, n, 1), d_b = test_tensor(ctx, b, n, 2 + n % 3), d_out = test_tensor(ctx, NULL, n, 3);
 
   TEST_OK(cf_residual_dropout_forward(ctx, d_out, d_a, d_b, n, d));
   float *out = test_read(ctx, d_out, n);
@@ -45,16 +24,16 @@ static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
   test_compare(what, out, ref, n, 1e-5, 1e-4);
   test_poison(ctx, d_out, n);
   TEST_OK(cf_residual_dropout_forward(ctx, d_out, d_a, d_b, n, d));
-  check_same(what, ctx, d_out, out, n);
+  test_check_same(what, ctx, d_out, out, n);
   /* out aliasing res, then branch */
   TEST_OK(cf_residual_dropout_forward(ctx, d_a, d_a, d_b, n, d));
   snprintf(what, sizeof what, "residual_dropout_forward p=%g n=%zu out aliasing res", (double)p, n);
-  check_same(what, ctx, d_a, out, n);
-  upload(ctx, d_a, a, n);
+  test_check_same(what, ctx, d_a, out, n);
+  test_upload(ctx, d_a, a, n);
   TEST_OK(cf_residual_dropout_forward(ctx, d_b, d_a, d_b, n, d));
   snprintf(what, sizeof what, "residual_dropout_forward p=%g n=%zu out aliasing branch", (double)p, n);
-  check_same(what, ctx, d_b, out, n);
-  upload(ctx, d_b, b, n);
+  test_check_same(what, ctx, d_b, out, n);
+  test_upload(ctx, d_b, b, n);
 
   if (p == 0.0f) {  /* the plain residual and add_inplace give the same sums */
     test_poison(ctx, d_out, n);
@@ -65,8 +44,8 @@ static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
     free(o);
     TEST_OK(cf_residual_forward(ctx, d_b, d_a, d_b, n));
     snprintf(what, sizeof what, "residual_forward n=%zu out aliasing inp2", n);
-    check_same(what, ctx, d_b, out, n);
-    upload(ctx, d_b, b, n);
+    test_check_same(what, ctx, d_b, out, n);
+    test_upload(ctx, d_b, b, n);
     TEST_OK(cf_add_inplace(ctx, d_a, d_b, n));
     snprintf(what, sizeof what, "add_inplace n=%zu", n);
     o = test_read(ctx, d_a, n);
@@ -74,18 +53,18 @@ static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
     free(o);
   }
   free(a); free(b); free(ref); free(out);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* dbranch = dropout(dout): a kernel for p > 0, a copy for p == 0, nothing when it is dout. */
 static void residual_backward_case(cf_context *ctx, test_rng *r, size_t n, float p) {
   char what[128];
   cf_dropout d = {p, 8, 1, 2};
-  float *g = falloc(n);
+  float *g = test_falloc(n);
   test_fill_uniform(r, g, n, -1, 1);
-  double *ref = dalloc(n);
+  double *ref = test_dalloc(n);
   ref_dropout_backward(ref, g, n, d);
-  cf_mem d_g = dev(ctx, g, n, 2), d_db = dev(ctx, NULL, n, 1);
+  cf_mem d_g = test_tensor(ctx, g, n, 2), d_db = test_tensor(ctx, NULL, n, 1);
   TEST_OK(cf_residual_dropout_backward(ctx, d_db, d_g, n, d));
   float *db = test_read(ctx, d_db, n);
   snprintf(what, sizeof what, "residual_dropout_backward p=%g n=%zu", (double)p, n);
@@ -93,13 +72,13 @@ static void residual_backward_case(cf_context *ctx, test_rng *r, size_t n, float
   if (p == 0.0f) TEST_ASSERT(memcmp(db, g, n * sizeof *g) == 0, "%s: not an exact copy", what);
   test_poison(ctx, d_db, n);
   TEST_OK(cf_residual_dropout_backward(ctx, d_db, d_g, n, d));
-  check_same(what, ctx, d_db, db, n);
+  test_check_same(what, ctx, d_db, db, n);
   /* dbranch aliasing dout */
   TEST_OK(cf_residual_dropout_backward(ctx, d_g, d_g, n, d));
   snprintf(what, sizeof what, "residual_dropout_backward p=%g n=%zu dbranch aliasing dout", (double)p, n);
-  check_same(what, ctx, d_g, db, n);
+  test_check_same(what, ctx, d_g, db, n);
   free(g); free(ref); free(db);
-  free_bufs();
+  test_free_tensors();
 }
 
 /* loss = sum((res + dropout(branch)) * rw): dres = rw (callers reuse dout), dbranch from the
@@ -134,21 +113,21 @@ static void finite_differences(cf_context *ctx, test_rng *r) {
   float gf[n];
   for (int i = 0; i < n; i++) gf[i] = (float)g[i];
   test_compare("ref dbranch vs central differences", gf, fdb, n, 1e-6, 1e-5);
-  cf_mem d_rw = dev(ctx, rw, n, 1), d_db = dev(ctx, NULL, n, 0);
+  cf_mem d_rw = test_tensor(ctx, rw, n, 1), d_db = test_tensor(ctx, NULL, n, 0);
   TEST_OK(cf_residual_dropout_backward(ctx, d_db, d_rw, n, d));
   float *db = test_read(ctx, d_db, n);
   test_compare("device residual_dropout_backward vs central differences", db, fdb, n, 1e-5, 1e-4);
   free(db);
-  free_bufs();
+  test_free_tensors();
 }
 
 static void helpers_case(cf_context *ctx, test_rng *r, size_t n) {
   char what[128];
-  float *x = falloc(n), *y = falloc(n);
+  float *x = test_falloc(n), *y = test_falloc(n);
   test_fill_uniform(r, x, n, -3, 3);
   test_fill_uniform(r, y, n, -3, 3);
-  double *ref = dalloc(n);
-  cf_mem d_x = dev(ctx, x, n, 3), d_y = dev(ctx, y, n, 0), d_c = dev(ctx, NULL, n, 2);
+  double *ref = test_dalloc(n);
+  cf_mem d_x = test_tensor(ctx, x, n, 3), d_y = test_tensor(ctx, y, n, 0), d_c = test_tensor(ctx, NULL, n, 2);
 
   const float alpha = -0.3f;
   for (size_t i = 0; i < n; i++) ref[i] = (double)alpha * x[i];
@@ -156,32 +135,32 @@ static void helpers_case(cf_context *ctx, test_rng *r, size_t n) {
   float *s = test_read(ctx, d_x, n);
   snprintf(what, sizeof what, "scale n=%zu", n);
   test_compare(what, s, ref, n, 1e-5, 1e-4);
-  upload(ctx, d_x, x, n);
+  test_upload(ctx, d_x, x, n);
   TEST_OK(cf_scale(ctx, d_x, n, alpha));
-  check_same(what, ctx, d_x, s, n);
+  test_check_same(what, ctx, d_x, s, n);
 
-  upload(ctx, d_x, x, n);
+  test_upload(ctx, d_x, x, n);
   ref_residual_forward(ref, y, x, n);
   TEST_OK(cf_add_inplace(ctx, d_y, d_x, n));
   float *a = test_read(ctx, d_y, n);
   snprintf(what, sizeof what, "add_inplace n=%zu", n);
   test_compare(what, a, ref, n, 1e-5, 1e-4);
-  upload(ctx, d_y, y, n);
+  test_upload(ctx, d_y, y, n);
   TEST_OK(cf_add_inplace(ctx, d_y, d_x, n));
-  check_same(what, ctx, d_y, a, n);
+  test_check_same(what, ctx, d_y, a, n);
 
   TEST_OK(cf_copy(ctx, d_c, d_x, n));
   snprintf(what, sizeof what, "copy n=%zu", n);
-  check_same(what, ctx, d_c, x, n);
+  test_check_same(what, ctx, d_c, x, n);
   TEST_OK(cf_copy(ctx, d_c, d_c, n));  /* onto itself: a no-op, not CL_MEM_COPY_OVERLAP */
-  check_same(what, ctx, d_c, x, n);
+  test_check_same(what, ctx, d_c, x, n);
   printf("ok   copy n=%zu (exact)\n", n);
   free(x); free(y); free(ref); free(s); free(a);
-  free_bufs();
+  test_free_tensors();
 }
 
 static void bad_arguments(cf_context *ctx) {
-  cf_mem z = dev(ctx, NULL, 16, 0);
+  cf_mem z = test_tensor(ctx, NULL, 16, 0);
   int v = cf_verbosity();
   cf_set_verbosity(-1);
   cf_dropout bad = {1.0f, 1, 2, 3}, nan = {NAN, 1, 2, 3};
@@ -194,7 +173,7 @@ static void bad_arguments(cf_context *ctx) {
   cf_clear_error();
   TEST_ASSERT(cf_copy(ctx, z, z, 0) == CF_OK, "n = 0 copy rejected");
   TEST_ASSERT(cf_residual_forward(ctx, z, z, z, 0) == CF_OK, "n = 0 rejected");
-  free_bufs();
+  test_free_tensors();
 }
 
 int main(void) {

@@ -101,3 +101,31 @@ double test_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static cl_mem tensors[128];
+static int ntensors;
+
+cf_mem test_tensor(cf_context *ctx, const float *host, size_t n, size_t off) {
+  if (ntensors == (int)(sizeof tensors / sizeof *tensors)) {
+    fprintf(stderr, "FAIL: test_tensor: more than %d live tensors\n", ntensors);
+    exit(1);
+  }
+  cl_mem b = test_buffer(ctx, NULL, n + off);
+  if (host) TEST_OK(cf_write(ctx, cf_at(b, off), host, n));
+  tensors[ntensors++] = b;
+  return cf_at(b, off);
+}
+
+void test_free_tensors(void) {
+  while (ntensors) cf_buffer_free(tensors[--ntensors]);
+}
+
+void test_upload(cf_context *ctx, cf_mem m, const float *host, size_t n) { TEST_OK(cf_write(ctx, m, host, n)); }
+double *test_dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+float *test_falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+void test_check_same(const char *what, cf_context *ctx, cf_mem m, const float *first, size_t n) {
+  float *again = test_read(ctx, m, n);
+  TEST_ASSERT(memcmp(again, first, n * sizeof *first) == 0, "%s: rerun is not bit-identical", what);
+  free(again);
+}

@@ -27,6 +27,17 @@ void test_poison(cf_context *ctx, cf_mem m, size_t n);
 /* Read n floats back into a malloc'd array. */
 float *test_read(cf_context *ctx, cf_mem m, size_t n);
 
+/* A device tensor of n floats at element offset `off` of its own NaN-poisoned buffer (the
+ * offset convention is part of what kernel tests check), with host data copied in when given;
+ * test_free_tensors() frees every one made so far. */
+cf_mem test_tensor(cf_context *ctx, const float *host, size_t n, size_t off);
+void test_free_tensors(void);
+void test_upload(cf_context *ctx, cf_mem m, const float *host, size_t n);
+double *test_dalloc(size_t n);  /* zeroed; n may be 0 */
+float *test_falloc(size_t n);
+/* A rerun's output must equal the first run's bit for bit. */
+void test_check_same(const char *what, cf_context *ctx, cf_mem m, const float *first, size_t n);
+
 /* |out - ref| <= atol + rtol*|ref| for every element, NaN/Inf never pass. Prints the first few
  * mismatches and the largest error, returns the number of failures (0 = pass). */
 int test_compare(const char *what, const float *out, const double *ref, size_t n, double atol, double rtol);
