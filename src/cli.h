@@ -17,6 +17,8 @@ struct cf_config;
 /* Defaults, then the file (if any), then the --set overrides, then validation: 0, or 2 with
  * the message printed. */
 int cf_cli_load_config(struct cf_config *c, const char *path, char **sets, int nsets);
+/* The same for commands that use only the model's shapes (bench, tune): no training text needed. */
+int cf_cli_load_model_config(struct cf_config *c, const char *path, char **sets, int nsets);
 
 /* Exit code for a failed status: 2 for the user's input, 1 otherwise. */
 int cf_exit_code(int status);

@@ -154,15 +154,8 @@ int cmd_bench(int argc, char **argv) {
   }
   if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
 
-  /* Only the model's shapes matter, never the text: name a training file so validation passes. */
-  char no_data[] = "data.train=(none: bench)";
-  if (!config) {
-    memmove(sets + 1, sets, sizeof *sets * (size_t)nsets);
-    sets[0] = no_data;
-    nsets++;
-  }
   cf_config cfg;
-  int rc = cf_cli_load_config(&cfg, config, sets, nsets);
+  int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);
   if (rc) return rc;
   cf_context_options o = {.device_spec = cf_device_spec_resolve(spec, cfg.device), .profiling = 1};
   cf_context *ctx;

@@ -23,6 +23,15 @@ int cf_cli_load_config(cf_config *c, const char *path, char **sets, int nsets) {
   return 0;
 }
 
+int cf_cli_load_model_config(cf_config *c, const char *path, char **sets, int nsets) {
+  cf_config_defaults(c);
+  if (path && cf_config_load(c, path) != CF_OK) return 2;
+  if (!c->data.train[0]) snprintf(c->data.train, sizeof c->data.train, "(none: only the model's shapes are used)");
+  for (int i = 0; i < nsets; i++)
+    if (cf_config_set(c, sets[i]) != CF_OK) return 2;
+  return cf_config_validate(c) != CF_OK ? 2 : 0;
+}
+
 int cmd_check(int argc, char **argv) {
   const char *path = NULL;
   char *sets[256];

@@ -56,14 +56,8 @@ int cmd_tune(int argc, char **argv) {
       }
     } else { fprintf(stderr, "clformer tune: unexpected argument '%s'\n\n%s", a, usage); return 2; }
   }
-  char no_data[] = "data.train=(none: tune)";
-  if (!config) {
-    memmove(sets + 1, sets, sizeof *sets * (size_t)nsets);
-    sets[0] = no_data;
-    nsets++;
-  }
   cf_config cfg;
-  int rc = cf_cli_load_config(&cfg, config, sets, nsets);
+  int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);
   if (rc) return rc;
   cf_context_options o = {.device_spec = cf_device_spec_resolve(spec, cfg.device), .profiling = 0};
   cf_context *ctx;
