@@ -47,6 +47,9 @@ struct cf_model {
   layer_acts *la;
   size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, losses, loss, grad_norm;
   cl_mem tokens, targets;  /* int (B, T) */
+  /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
+   * per step) and a slot is reused only after its previous write has completed. */
+  struct staging { int *host[2]; cl_event ev[2]; int next; } stage_tokens, stage_targets;
   cl_mem scratch;
   size_t s_attn, s_branch, s_stream, s_res, s_wide, s_dqkv, s_norm;
   size_t bytes;
@@ -204,6 +207,12 @@ void cf_model_free(cf_model *m) {
   cf_buffer_free(m->scratch);
   cf_buffer_free(m->tokens);
   cf_buffer_free(m->targets);
+  struct staging *stages[] = {&m->stage_tokens, &m->stage_targets};
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 2; k++) {
+      if (stages[i]->ev[k]) { clWaitForEvents(1, &stages[i]->ev[k]); CF_RELEASE(clReleaseEvent, stages[i]->ev[k]); }
+      free(stages[i]->host[k]);
+    }
   free(m->views);
   free(m->lp);
   free(m->la);
@@ -415,6 +424,22 @@ static cf_status block_backward(cf_model *m, int l) {
 
 /* ---------- the model ---------- */
 
+/* Upload n ints without waiting for the queue to drain. */
+static cf_status stage_write(cf_model *m, struct staging *s, cl_mem dst, const int *src, size_t n) {
+  int k = s->next;
+  s->next ^= 1;
+  if (s->ev[k]) {
+    CF_CHECK(clWaitForEvents(1, &s->ev[k]));
+    CF_RELEASE(clReleaseEvent, s->ev[k]);
+    s->ev[k] = NULL;
+  }
+  if (!s->host[k] && !(s->host[k] = malloc(n * sizeof(int)))) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  memcpy(s->host[k], src, n * sizeof(int));
+  CF_CHECK(clEnqueueWriteBuffer(cf_context_queue(m->ctx), dst, CL_FALSE, 0, n * sizeof(int), s->host[k], 0, NULL,
+                                &s->ev[k]));
+  return CF_OK;
+}
+
 static float token_scale(const cf_model *m) { return m->cfg.model.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
 
 cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train) {
@@ -423,7 +448,7 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   if (bad >= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "token %d at position %ld is outside the vocabulary [0, %d)", inputs[bad], bad, V);
   m->step = step;
   m->train = train;
-  CF_TRY(cf_write(m->ctx, cf_at(m->tokens, 0), inputs, (size_t)N));
+  CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
   CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
                               m->wpe == SIZE_MAX ? no_mask() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
   CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
@@ -438,7 +463,7 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   m->count = 0;
   if (!targets) return CF_OK;
   m->count = cf_crossentropy_count(targets, N, -1);
-  CF_TRY(cf_write(m->ctx, cf_at(m->targets, 0), targets, (size_t)N));
+  CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
   return cf_crossentropy_forward(m->ctx, A(m->loss), A(m->losses), A(m->logits), cf_at(m->targets, 0), N, V,
                                  (float)m->cfg.model.label_smoothing, -1);
 }
