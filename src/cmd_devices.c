@@ -78,6 +78,7 @@ int cmd_devices(int argc, char **argv) {
   if (spec || getenv("CLFORMER_DEVICE")) {
     st = cf_device_select(list, count, resolved, &chosen);
     if (st != CF_OK) {  /* the message already lists the devices */
+      if (!spec) fprintf(stderr, "clformer: (the spec came from $CLFORMER_DEVICE)\n");
       free(list);
       return 2;
     }

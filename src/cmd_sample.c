@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "clformer/philox.h"
 #include "clformer/train.h"
@@ -56,6 +57,11 @@ int cmd_sample(int argc, char **argv) {
   char cfg_path[2100], ckpt[2100];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", dir);
   snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
+  if (access(ckpt, R_OK) != 0) {
+    fprintf(stderr, "clformer sample: %s has no checkpoint.safetensors (a run that diverged before its first checkpoint, "
+            "or not a run directory)\n", dir);
+    return 2;
+  }
   cf_config cfg;
   int rc = cf_cli_load_config(&cfg, cfg_path, NULL, 0);
   if (rc) return rc;

@@ -32,7 +32,7 @@ typedef struct spec {
 
 /* One run's record, read back from its metrics.csv and run.json. */
 typedef struct run_rec {
-  int present, diverged, plateaued, steps_done, step_to_target;
+  int present, diverged, plateaued, too_short, steps_done, step_to_target;
   double final_valid, best_valid, wall_s, tokens_per_s;
   int n;                  /* metric rows */
   double *step, *lr, *train, *valid;
@@ -54,7 +54,7 @@ static const char *usage =
     "  out:         output directory (default runs/<config name>; --out overrides)\n"
     "\n"
     "  --only NAME     run just this variant (the summary covers every run present)\n"
-    "  --set KEY=VALUE override a key of the base, for every variant (repeatable)\n"
+    "  --set KEY=VALUE override a key of the base (repeatable); a variant's own set still wins\n"
     "  --log-steps     log-scaled step axis in curves.svg\n"
     "  --report-only   train nothing; rewrite the summary from the runs present\n";
 
@@ -145,7 +145,6 @@ static cf_status parse_spec(spec *s, const char *path, char **sets, int nsets) {
       } else if (!strcmp(key, "set")) {
         st = cf_config_apply_node(&var->cfg, &doc, v, path);
         if (st == CF_OK) st = cf_config_resolve_paths(&var->cfg, path);
-        for (int j = 0; j < nsets && st == CF_OK; j++) st = cf_config_set(&var->cfg, sets[j]);
       } else
         st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: unknown key '%s' in a variant (expected name and set)", path,
                      k->start_mark.line + 1, k->start_mark.column + 1, key);
@@ -170,7 +169,7 @@ done:
 /* ---------- runs ---------- */
 
 static void run_dir(const spec *s, int vi, int seed_k, char *buf, size_t n) {
-  if (s->seeds > 1) snprintf(buf, n, "%s/%s/seed%d", s->out, s->v[vi].name, seed_k);
+  if (s->seeds > 1) snprintf(buf, n, "%s/%s/seed%llu", s->out, s->v[vi].name, s->v[vi].cfg.seed + (unsigned long long)seed_k);
   else snprintf(buf, n, "%s/%s", s->out, s->v[vi].name);
 }
 
@@ -251,8 +250,9 @@ static void read_run(const spec *s, const cf_config *cfg, const char *dir, doubl
   r->tokens_per_s = r->wall_s > 0 ? (double)r->steps_done * cfg->data.batch_size * cfg->data.seq_len / r->wall_s : NAN;
   r->present = 1;
   r->diverged = !strcmp(status, "diverged");
-  r->plateaued = !r->diverged && r->steps_done >= s->plateau_after && isfinite(r->final_valid) &&
-                 r->final_valid >= entropy - 0.05;
+  int stuck = !r->diverged && isfinite(r->final_valid) && r->final_valid >= entropy - 0.05;
+  r->plateaued = stuck && r->steps_done >= s->plateau_after;
+  r->too_short = stuck && !r->plateaued;
 }
 
 static void free_run(run_rec *r) {
@@ -265,7 +265,7 @@ static void free_run(run_rec *r) {
 /* ---------- the report ---------- */
 
 typedef struct agg {
-  int runs, diverged, plateaued, reached;
+  int runs, diverged, plateaued, too_short, reached;
   double final_mean, final_sd, best_mean, best_sd, target_mean, wall_mean, tps_mean;
 } agg;
 
@@ -278,6 +278,7 @@ static agg aggregate(const run_rec *r, int n) {
     a.runs++;
     a.diverged += r[i].diverged;
     a.plateaued += r[i].plateaued;
+    a.too_short += r[i].too_short;
     sw += r[i].wall_s;
     stps += r[i].tokens_per_s;
     if (r[i].step_to_target >= 0) { a.reached++; st += r[i].step_to_target; }
@@ -298,10 +299,11 @@ static agg aggregate(const run_rec *r, int n) {
 }
 
 static const char *verdict(const agg *a) {
-  if (!a->runs) return "not run";
+  if (!a->runs) return "not finished";
   if (a->diverged == a->runs) return "diverged";
   if (a->plateaued == a->runs) return "plateaued";
-  if (a->diverged || a->plateaued) return "mixed";
+  if (a->too_short == a->runs) return "not below the plateau yet (shorter than plateau_after)";
+  if (a->diverged || a->plateaued || a->too_short) return "mixed";
   return "trained";
 }
 
@@ -460,7 +462,7 @@ static cf_status write_report(const spec *s, run_rec **runs, double entropy, int
   fprintf(f, "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < s->nv; i++) {
     const cf_config *c = &s->v[i].cfg;
-    char fv[64], bv[64], tg[64], res[64];
+    char fv[64], bv[64], tg[64], res[160];
     pm(fv, sizeof fv, a[i].final_mean, a[i].final_sd, a[i].runs);
     pm(bv, sizeof bv, a[i].best_mean, a[i].best_sd, a[i].runs);
     if (!isfinite(s->target_loss)) snprintf(tg, sizeof tg, "-");
@@ -470,9 +472,11 @@ static cf_status write_report(const spec *s, run_rec **runs, double entropy, int
     if (s->seeds > 1 && a[i].runs) snprintf(res, sizeof res, "%s (%d plateaued, %d diverged of %d)", verdict(&a[i]),
                                             a[i].plateaued, a[i].diverged, a[i].runs);
     else snprintf(res, sizeof res, "%s", verdict(&a[i]));
-    fprintf(f, "| %s | %s-LN | %g | %d | %s | %s | %s | %s | %.0f s | %.0f |\n", s->v[i].name,
-            c->model.norm == CF_NORM_PRE ? "Pre" : "Post", c->optim.lr, c->schedule.warmup, fv, bv, tg, res,
-            a[i].wall_mean, a[i].tps_mean);
+    char wall[32] = "-", tps[32] = "-";
+    if (isfinite(a[i].wall_mean)) snprintf(wall, sizeof wall, "%.0f s", a[i].wall_mean);
+    if (isfinite(a[i].tps_mean)) snprintf(tps, sizeof tps, "%.0f", a[i].tps_mean);
+    fprintf(f, "| %s | %s-LN | %g | %d | %s | %s | %s | %s | %s | %s |\n", s->v[i].name,
+            c->model.norm == CF_NORM_PRE ? "Pre" : "Post", c->optim.lr, c->schedule.warmup, fv, bv, tg, res, wall, tps);
   }
   fputs("\n", f);
   write_reading(f, s, a, entropy);
@@ -610,7 +614,8 @@ int cmd_compare(int argc, char **argv) {
         char dir[1200], status[32], label[200];
         run_dir(&s, i, k, dir, sizeof dir);
         run_status(dir, status, sizeof status);
-        if (s.seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed%d]", idx, total, s.v[i].name, k);
+        if (s.seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed %llu]", idx, total, s.v[i].name,
+                                  s.v[i].cfg.seed + (unsigned long long)k);
         else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s.v[i].name);
         cf_config c = s.v[i].cfg;
         c.seed += (unsigned long long)k;
@@ -638,7 +643,8 @@ int cmd_compare(int argc, char **argv) {
         int resume = exists(dir, "checkpoint.safetensors");
         if (!resume) remove_leftovers(dir);
         remaining -= c.train.steps;
-        cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = remaining};
+        cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = remaining,
+                               .resume_hint = "run the same compare command again"};
         cf_train_result res;
         st = cf_train(ctx, &c, &to, &res);
         if (st == CF_OK && res.interrupted) interrupted = 1;
@@ -646,6 +652,10 @@ int cmd_compare(int argc, char **argv) {
       }
     }
     cf_context_free(ctx);
+  }
+  if (st != CF_OK) {  /* nothing trained was wrong, but the setup was: leave the old report alone */
+    free(s.v);
+    return cf_exit_code(st);
   }
   /* the report covers every run present, finished or diverged */
   run_rec **runs = calloc((size_t)s.nv, sizeof *runs);

@@ -109,7 +109,7 @@ static const char *suggest(const char *key) {
     }
     if (dd < bd) { bd = dd; best = keys[i].key; }
   }
-  return bd <= 3 ? best : NULL;
+  return bd <= 2 || (bd == 3 && strlen(key) >= 9) ? best : NULL;
 }
 
 static cf_status bad(const char *where, const char *key, const char *fmt, const char *a) {
@@ -212,6 +212,10 @@ static cf_status set_value_raw(cf_config *c, const key_spec *k, const char *valu
 cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, const char *where) {
   const key_spec *k = find_key(key);
   if (!k) {
+    if (!strcmp(key, "base") || !strcmp(key, "variants") || !strcmp(key, "target_loss") || !strcmp(key, "plateau_after"))
+      return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a comparison file: run it with `clformer compare`", where, key);
+    if (!strcmp(key, "depths") || !strcmp(key, "placements"))
+      return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a gradnorm file: run it with `clformer gradnorm`", where, key);
     const char *s = suggest(key);
     if (s) return CF_FAIL(CF_ERR_CONFIG, "%s: unknown key '%s' (did you mean '%s'?)", where, key, s);
     return CF_FAIL(CF_ERR_CONFIG, "%s: unknown key '%s' (clformer check --keys lists them all)", where, key);

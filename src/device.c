@@ -156,7 +156,9 @@ cf_status cf_device_select(const cf_device_info *list, int count, const char *sp
         if (list[i].platform_index == p && list[i].device_index == d) *index = i;
     } else {
       for (int i = 0; i < count && *index < 0; i++)
-        if (contains_nocase(list[i].name, spec) || contains_nocase(list[i].platform_name, spec)) *index = i;
+        if (contains_nocase(list[i].name, spec) || contains_nocase(list[i].platform_name, spec) ||
+            contains_nocase(list[i].platform_version, spec) || contains_nocase(list[i].vendor, spec))
+          *index = i;
     }
   }
   if (*index >= 0) return CF_OK;

@@ -198,7 +198,8 @@ int cmd_gradnorm(int argc, char **argv) {
         idx++;
         double el = cf_now() - t0;
         printf("%s[%d/%d] %s, %d layers, seed %d (%.0f s, ETA %.0f s)%s", tty ? "\r\033[K" : "", idx, total,
-               norm_name(s.norms[ni]), s.depths[di], k, el, el / idx * (total - idx), tty ? "" : "\n");
+               norm_name(s.norms[ni]), s.depths[di], (int)(s.base.seed + (unsigned long long)k), el, el / idx * (total - idx),
+               tty ? "" : "\n");
         fflush(stdout);
       }
   if (tty) printf("\n");

@@ -152,7 +152,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
       goto done;
     }
   } else {
-    if ((st = cf_mkdirs(dir)) != CF_OK) goto done;
+    if (cf_mkdirs(dir) != CF_OK) { st = CF_FAIL(CF_ERR_CONFIG, "train.out: %s", cf_last_error()); goto done; }
     if ((st = cf_model_init(m, cfg->seed)) != CF_OK) goto done;
   }
   if ((st = write_text(cfg_path, cfg)) != CF_OK) goto done;
@@ -210,8 +210,10 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
         fprintf(metrics, "%d,%.6g,%.6g,,%.6g,,%.3f\n", step, lr, train_loss, gnorm, wall0 + cf_now() - t_start);
         fflush(metrics);
         if (!opts.quiet)
-          printf("%s%sstep %d: loss %g, gradient norm %g (not finite, or above 3 ln 256): the run diverged; the last "
-                 "good checkpoint (step %d) is kept\n", label, sep, step, train_loss, gnorm, ts.step);
+          printf("%s%sstep %d: loss %g, gradient norm %g (not finite, or above 3 ln 256): the run diverged; %s%.0d\n",
+                 label, sep, step, train_loss, gnorm,
+                 file_exists(ckpt) ? "the last good checkpoint is kept, from step " : "it diverged before its first checkpoint",
+                 file_exists(ckpt) ? ts.step : 0);
         break;
       }
       valid = NAN;
@@ -256,8 +258,10 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
     }
     if (stop) {
       res->interrupted = 1;
-      if (!opts.quiet) printf("%s%sstopped by signal after step %d; checkpoint saved: resume with --resume %s\n", label, sep,
-                              step, dir);
+      if (!opts.quiet) {
+        if (opts.resume_hint) printf("%s%sstopped by signal after step %d; checkpoint saved: %s\n", label, sep, step, opts.resume_hint);
+        else printf("%s%sstopped by signal after step %d; checkpoint saved: resume with --resume %s\n", label, sep, step, dir);
+      }
       break;
     }
   }

@@ -26,10 +26,10 @@ out: cmp-out
 YAML
 out=$("$bin" compare cmp.yaml --seeds 2 2>&1); rc=$?
 [[ $rc -eq 0 ]] && ok "compare exits 0" || bad "compare rc=$rc: $out"
-for f in summary.md summary.json curves.svg post/seed0/metrics.csv post/seed1/metrics.csv pre/seed0/run.json; do
+for f in summary.md summary.json curves.svg post/seed1234/metrics.csv post/seed1235/metrics.csv pre/seed1234/run.json; do
   [[ -s cmp-out/$f ]] || bad "cmp-out/$f missing"
 done
-[[ "$out" == *"[4/4 pre seed1]"* && "$out" == *"[1/4 post seed0]"* ]] && ok "progress names variant and seed" || bad "progress: $out"
+[[ "$out" == *"[4/4 pre seed 1235]"* && "$out" == *"[1/4 post seed 1234]"* ]] && ok "progress names variant and seed" || bad "progress: $out"
 python3 - <<'PY' && ok "summary.json is well formed and matches every run's metrics.csv" || bad "summary.json vs metrics"
 import csv, json, math, xml.etree.ElementTree as ET
 s = json.load(open("cmp-out/summary.json"))
@@ -55,8 +55,10 @@ assert "| post |" in md and "| pre |" in md and "**Reading.**" in md
 PY
 out=$("$bin" compare cmp.yaml --seeds 2 2>&1); rc=$?
 [[ $rc -eq 0 && $(grep -c "skipped" <<<"$out") -eq 4 ]] && ok "a rerun skips finished variants" || bad "rerun: $out"
+before=$(md5sum < cmp-out/summary.json)
 err=$("$bin" compare cmp.yaml --seeds 2 --set optim.lr=1e-3 2>&1); rc=$?
-[[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* ]] && ok "a changed variant is not mixed with old runs" || bad "changed variant: rc=$rc $err"
+[[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* && $(md5sum < cmp-out/summary.json) == "$before" ]] \
+  && ok "a changed variant is not mixed with old runs, and the report is left alone" || bad "changed variant: rc=$rc $err"
 err=$("$bin" compare cmp.yaml --only nosuch 2>&1); rc=$?
 [[ $rc -eq 2 && "$err" == *"no variant named 'nosuch'"* ]] && ok "--only with an unknown name" || bad "--only: rc=$rc $err"
 printf 'base: {data: {train: text.txt}}\nvariants:\n  - {name: a, set: {model.nrom: pre}}\n' > bad.yaml

@@ -29,6 +29,7 @@ typedef struct cf_train_options {
   const char *resume_dir;   /* continue the run in this directory (its checkpoint) */
   int quiet;                /* no progress lines (errors still print) */
   const char *label;        /* prefix for progress lines, e.g. a comparison's variant */
+  const char *resume_hint;   /* how to continue after Ctrl-C (default: "resume with --resume DIR") */
   long eta_extra_steps;     /* steps of other runs after this one (a comparison), for a combined ETA */
 } cf_train_options;
 
