@@ -97,6 +97,20 @@ static int distance(const char *a, const char *b) {
 }
 
 static const char *suggest(const char *key) {
+  /* a misspelled section ("trian:") is best answered with the section */
+  static char section[32];
+  if (!strchr(key, '.')) {
+    int sd = 99;
+    for (size_t i = 0; i < NKEYS; i++) {
+      const char *dot = strchr(keys[i].key, '.');
+      if (!dot || (size_t)(dot - keys[i].key) >= sizeof section) continue;
+      char sec[32];
+      snprintf(sec, sizeof sec, "%.*s", (int)(dot - keys[i].key), keys[i].key);
+      int d = distance(key, sec);
+      if (d < sd) { sd = d; snprintf(section, sizeof section, "%s", sec); }
+    }
+    if (sd <= 2 && sd < (int)strlen(key)) return section;
+  }
   const char *best = NULL;
   int bd = 99;
   for (size_t i = 0; i < NKEYS; i++) {
