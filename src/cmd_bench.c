@@ -39,6 +39,7 @@
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
  *                           clformer is faster)}
  * tools/compare_bench.py renders several such files as one Markdown table. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,9 +168,9 @@ int cmd_bench(int argc, char **argv) {
   if (json_path) {
     json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
     if (!json) {
-      perror(json_path);
+      fprintf(stderr, "clformer bench: --json %s: %s\n", json_path, strerror(errno));
       cf_context_free(ctx);
-      return 1;
+      return 2;
     }
     const cf_device_info *d = cf_context_device(ctx);
     char cpu[256];
