@@ -14,7 +14,7 @@
 #include "internal.h"
 
 /* from dropout.c: the grid of the flat dropout kernels */
-void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
+#include "dropout_internal.h"
 
 size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout) {
   (void)dropout;
@@ -73,11 +73,8 @@ static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_
 }
 
 static void arg_dropout(cf_launch *L, cf_attn_dropout drop) {
-  cf_arg_float(L, drop.p);
-  cf_arg_float(L, drop.p > 0.0f ? 1.0f / (1.0f - drop.p) : 1.0f);
-  cf_arg_uint(L, drop.seed);
-  cf_arg_uint(L, drop.step);
-  cf_arg_uint(L, drop.tensor_id);
+  cf_dropout d = {drop.p, drop.seed, drop.step, drop.tensor_id};
+  cf_arg_dropout(L, d);  /* scale 1/(1-p), which is 1 at p = 0 */
 }
 
 /* The two softmax launches, also used by `bench kernels` (src/bench.c). att (B, NH, T, T) in
@@ -144,7 +141,6 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
   cf_mem q = qkvp, k = cf_shift(qkvp, BTC), v = cf_shift(qkvp, 2 * BTC);
   cf_mem dq = scratch, dk = cf_shift(scratch, BTC), dv = cf_shift(scratch, 2 * BTC);
   cf_mem dy = dq, datt = cf_shift(scratch, 3 * BTC);
-  float inv_keep = drop.p > 0.0f ? 1.0f / (1.0f - drop.p) : 1.0f;
 
   CF_TRY(relayout(ctx, "attention_rows_to_heads", dy, dout, 1, B, T, C, NH));
 
@@ -157,11 +153,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     cf_arg_mem(&L, datt);
     cf_arg_mem(&L, att);
     cf_arg_int(&L, n);
-    cf_arg_float(&L, drop.p);
-    cf_arg_float(&L, inv_keep);
-    cf_arg_uint(&L, drop.seed);
-    cf_arg_uint(&L, drop.step);
-    cf_arg_uint(&L, drop.tensor_id);
+    arg_dropout(&L, drop);
     size_t global, local;
     cf_dropout_grid(ctx, (size_t)n, &global, &local);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));

@@ -36,7 +36,7 @@
 #include "internal.h"
 
 /* from dropout.c: out = in * mask * scale */
-cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
+#include "dropout_internal.h"
 /* from attention.c: the softmax launches */
 cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
                                               int NH, int T, float scale, cf_attn_dropout drop);

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include "clformer/elementwise.h"
 #include "clformer/philox.h"
+#include "dropout_internal.h"
 #include "internal.h"
 
 int cf_dropout_keep(cf_dropout d, uint32_t i) { return cf_random_uniform(d.seed, d.step, d.tensor_id, i) >= d.p; }
@@ -25,6 +26,14 @@ void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *lo
   *local = cpu ? 16 : cf_context_wg(ctx);
 }
 
+void cf_arg_dropout(cf_launch *L, cf_dropout d) {
+  cf_arg_float(L, d.p);
+  cf_arg_float(L, cf_dropout_scale(d));
+  cf_arg_uint(L, d.seed);
+  cf_arg_uint(L, d.step);
+  cf_arg_uint(L, d.tensor_id);
+}
+
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d) {
   size_t global, local;
@@ -34,11 +43,7 @@ cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_
   cf_arg_mem(&L, out);
   cf_arg_mem(&L, in);
   cf_arg_int(&L, (int)n);
-  cf_arg_float(&L, d.p);
-  cf_arg_float(&L, cf_dropout_scale(d));
-  cf_arg_uint(&L, d.seed);
-  cf_arg_uint(&L, d.step);
-  cf_arg_uint(&L, d.tensor_id);
+  cf_arg_dropout(&L, d);
   return cf_launch_run(&L, 1, &global, &local);
 }
 

@@ -5,9 +5,7 @@
 #include "internal.h"
 
 /* from dropout.c */
-cf_status cf_dropout_check(cf_dropout d, size_t n);
-cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
-void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
+#include "dropout_internal.h"
 
 static cf_status check_n(size_t n) {
   if (n > INT_MAX) return CF_FAIL(CF_ERR_INVALID_ARG, "%zu elements: more than the kernels index (2^31 - 1)", n);
@@ -37,11 +35,7 @@ cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, c
   cf_arg_mem(&L, res);
   cf_arg_mem(&L, branch);
   cf_arg_int(&L, (int)n);
-  cf_arg_float(&L, d.p);
-  cf_arg_float(&L, cf_dropout_scale(d));
-  cf_arg_uint(&L, d.seed);
-  cf_arg_uint(&L, d.step);
-  cf_arg_uint(&L, d.tensor_id);
+  cf_arg_dropout(&L, d);
   return cf_launch_run(&L, 1, &global, &local);
 }
 
