@@ -375,7 +375,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   }
 
   double tmed = NAN, tmin = NAN, tmax = NAN, ratio = NAN;
-  char tver[64] = "", tthreads[32] = "", tcore[64] = "", tblas[256] = "";
+  char tver[64] = "", tthreads[32] = "", tobthreads[32] = "", tcore[64] = "", tblas[256] = "", tsettings[256] = "";
   if (o->vs_torch) {
     tmin = tmax = tv[0];
     for (int i = 0; i < nt; i++) {
@@ -388,9 +388,11 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
     info_field(tc.info, "threads", tthreads, sizeof tthreads);
     info_field(tc.info, "openblas_core", tcore, sizeof tcore);
     info_field(tc.info, "blas", tblas, sizeof tblas);
-    fprintf(out, "\nPyTorch %s on the host CPU (%s threads; BLAS: %s; OpenBLAS core: %s), %d steps interleaved in %d "
-            "rounds:\n  median %.2f ms [min %.2f, max %.2f], %.0f tokens/s\n", tver, tthreads, tblas, tcore, nt, rounds,
-            tmed * 1e3, tmin * 1e3, tmax * 1e3, N / tmed);
+    info_field(tc.info, "openblas_threads", tobthreads, sizeof tobthreads);
+    info_field(tc.info, "settings", tsettings, sizeof tsettings);
+    fprintf(out, "\nPyTorch %s on the host CPU (%s threads, OpenBLAS %s threads; BLAS: %s; OpenBLAS core: %s), %d steps "
+            "interleaved in %d rounds:\n  settings: %s\n  median %.2f ms [min %.2f, max %.2f], %.0f tokens/s\n", tver,
+            tthreads, tobthreads, tblas, tcore, nt, rounds, tsettings, tmed * 1e3, tmin * 1e3, tmax * 1e3, N / tmed);
     fprintf(out, "clformer / torch speed: %.2fx (%s)\n", ratio, ratio >= 1 ? "clformer faster" : "torch faster");
   }
   fflush(out);

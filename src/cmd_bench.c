@@ -83,8 +83,9 @@ static const char *usage =
     "  --steps N         `step`: timed steps (default 20, at least 10)\n"
     "  --warmup N        `step`: untimed steps first (default 3)\n"
     "  --vs-torch        `step`: also run tools/torch_step.py (PyTorch on the host CPU, the same model and\n"
-    "                    config), its steps interleaved with ours, and print the speed ratio\n"
-    "  --torch-threads N `--vs-torch`: torch's threads (default: torch's own default)\n"
+    "                    config), its steps interleaved with ours, and print the speed ratio; torch gets\n"
+    "                    its best settings (allocator, OpenBLAS kernel, threads: see tools/torch_step.py)\n"
+    "  --torch-threads N `--vs-torch`: torch's threads (default: the fastest of 1 and all cores)\n"
     "  --torch-script P  `--vs-torch`: path of torch_step.py (default: found beside the executable)\n"
     "environment: CLFORMER_PYTHON, the Python with torch (default /usr/bin/python3, else python3)\n";
 

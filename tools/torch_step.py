@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch reference for the speed of a clformer training step, on the host CPU.
 
-usage: torch_step.py CONFIG [--set KEY=VALUE ...] [--steps N] [--warmup N] [--threads N] [--json FILE]
-       torch_step.py CONFIG --serve [--threads N] [--warmup N]     (driven by `clformer bench step --vs-torch`)
+usage: torch_step.py CONFIG [--set KEY=VALUE ...] [--steps N] [--warmup N] [--threads N] [--as-is] [--json FILE]
+       torch_step.py CONFIG --serve [--threads N] [--warmup N] [--as-is]   (driven by `clformer bench step --vs-torch`)
 
 CONFIG is a clformer training config (YAML; missing keys take clformer's defaults, a compare file's
 `base:` section is used when there is one). The script builds the same model as clformer (Pre-LN
@@ -13,12 +13,19 @@ the global gradient norm (clipping when optim.clip_norm > 0), and the optimizer 
 or SGD with momentum), on random tokens. Each step is timed by the wall clock; after the warm-up
 steps it prints the median [min, max] step time and tokens/s = batch_size * seq_len / median.
 
-Setup reported: torch's version and thread count (--threads, default: torch's own default, which
-is what a PyTorch user gets; with more threads than cores free, OpenMP and OpenBLAS threads
-oversubscribe the CPU and a step can take several times longer), the BLAS library the
-process loaded (from /proc/self/maps) and OpenBLAS's chosen core (openblas_get_corename), which
-matters because Debian's OpenBLAS picks a slow kernel on some new CPUs (OPENBLAS_CORETYPE
-overrides it; its value is reported too).
+PyTorch gets its best settings unless --as-is is given (a comparison against a handicapped
+baseline proves nothing), each one measured on this machine:
+  - the allocator: glibc's malloc hands every large free block back to the kernel, so each of the
+    step's hundreds of fresh multi-MB tensors is page-faulted in anew (in a VM a step took 2x as
+    long); the script re-executes itself with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and
+    MALLOC_TOP_PAD_ set so freed memory stays in the process;
+  - OpenBLAS's kernel: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the environment so
+    OpenBLAS picks its kernel for the CPU it finds (the environment may force an older one);
+  - threads: without --threads, every pair of torch intra-op threads and OpenBLAS threads in
+    {1, cores} is timed over a few steps and the fastest is kept (torch's OpenMP threads and
+    OpenBLAS's pthreads together can oversubscribe the cores and make a step several times slower).
+Setup reported: torch's version, the chosen threads, the settings applied, the BLAS library the
+process loaded (from /proc/self/maps) and OpenBLAS's chosen core (openblas_get_corename).
 
 --serve: print one JSON line describing the setup, then answer each `run N` line on stdin with
 one JSON line {"times": [seconds, ...]} of N timed steps; `quit` ends. Needs only torch (Debian's
@@ -174,7 +181,66 @@ def blas_setup():
     return sorted(libs), core, threads
 
 
-def build(cfg, threads):
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "68719476736",
+                   "MALLOC_TOP_PAD_": "268435456"}
+REEXEC_MARK = "CLFORMER_TORCH_STEP_TUNED"
+
+
+def reexec_with_best_environment():
+    """Start this script again with the allocator settings and OpenBLAS's own kernel choice (the
+    environment is read only when a process starts). Returns only when nothing needs changing."""
+    if os.environ.get(REEXEC_MARK):
+        return
+    env = dict(os.environ)
+    env.update(MALLOC_SETTINGS)
+    env[REEXEC_MARK] = "1"
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(name, None)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def openblas_handle():
+    """ctypes handle of the OpenBLAS this process mapped, or None."""
+    libs = []
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f if "openblas" in line.split()[-1].lower()})
+    except OSError:
+        pass
+    for name in ["libopenblas.so.0"] + libs:
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            lib.openblas_set_num_threads
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def choose_threads(step, trials=3):
+    """Time `trials` steps at each (torch threads, OpenBLAS threads) pair in {1, cores}^2; keep the
+    fastest. Returns (torch threads, OpenBLAS threads or None, list of tried pairs with ms)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    counts = sorted({1, cores})
+    lib = openblas_handle()
+    tried = []
+    for tt in counts:
+        for ot in (counts if lib else [None]):
+            torch.set_num_threads(tt)
+            if lib:
+                lib.openblas_set_num_threads(ot)
+            step()  # settle after the switch
+            t = sorted(timed(step, trials))
+            tried.append({"torch": tt, "openblas": ot, "ms": t[len(t) // 2] * 1e3})
+    best = min(tried, key=lambda r: r["ms"])
+    torch.set_num_threads(best["torch"])
+    if lib:
+        lib.openblas_set_num_threads(best["openblas"])
+    return best["torch"], best["openblas"], tried
+
+
+def build(cfg, threads, as_is):
     default_threads = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)
@@ -201,11 +267,17 @@ def build(cfg, threads):
         acc = acc + loss.detach()
 
     step()  # the first step maps the BLAS in, so the setup can report it
+    tried = []
+    if threads <= 0 and not as_is:
+        _, _, tried = choose_threads(step)
     libs, core, ob_threads = blas_setup()
     setup = {
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "default_threads": default_threads,
+        "settings": "as-is" if as_is else "best: allocator keeps freed memory, OpenBLAS picks its own kernel, "
+                    + ("threads as given" if threads > 0 else "fastest threads of those tried"),
+        "threads_tried": tried,
         "blas": ", ".join(os.path.basename(l) for l in libs) or "unknown",
         "blas_paths": libs,
         "openblas_core": core,
@@ -229,7 +301,7 @@ def timed(step, n):
 def main(argv):
     args, sets = [], []
     opts = {"--steps": 20, "--warmup": 3, "--threads": 0}
-    json_path, serve = None, False
+    json_path, serve, as_is = None, False, False
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -238,6 +310,8 @@ def main(argv):
             return 0
         if a == "--serve":
             serve = True
+        elif a == "--as-is":
+            as_is = True
         elif a == "--set" and i + 1 < len(argv):
             sets.append(argv[i + 1])
             i += 1
@@ -256,8 +330,10 @@ def main(argv):
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
+    if not as_is:
+        reexec_with_best_environment()
     cfg = load_config(args[0], sets)
-    step, setup = build(cfg, opts["--threads"])
+    step, setup = build(cfg, opts["--threads"], as_is)
     for _ in range(max(opts["--warmup"] - 1, 0)):
         step()
     if serve:
@@ -277,8 +353,11 @@ def main(argv):
     med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
     m = cfg["model"]
     print(f"PyTorch {setup['torch_version']}, {setup['threads']} threads (torch's default {setup['default_threads']}), "
-          f"BLAS {setup['blas']}, OpenBLAS core {setup['openblas_core']} "
+          f"OpenBLAS threads {setup['openblas_threads']}, BLAS {setup['blas']}, OpenBLAS core {setup['openblas_core']} "
           f"(OPENBLAS_CORETYPE={setup['openblas_coretype_env']})")
+    print(f"settings: {setup['settings']}")
+    for r in setup["threads_tried"]:
+        print(f"  tried torch {r['torch']} x OpenBLAS {r['openblas']} threads: {r['ms']:.1f} ms/step")
     print(f"model: {m['norm']}-LN, {m['layers']} layers, d_model {m['d_model']}, {m['heads']} heads, d_ff {m['d_ff']}; "
           f"{setup['params'] / 1e6:.2f}M parameters; {setup['tokens_per_step']} tokens per step")
     print(f"step time over {n} steps after {opts['--warmup']} warm-up: median {med * 1e3:.2f} ms "
