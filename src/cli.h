@@ -30,5 +30,8 @@ int cf_parse_double(const char *s, double lo, double hi, double *out);
 int cf_arg_set(int argc, char **argv, int *i, char **sets, int *nsets, int max_sets);
 /* True if arg equals either name. */
 int cf_arg_is(const char *arg, const char *long_name, const char *short_name);
+/* argv[i] matched no option of `clformer cmd`: says so (or that the option needs a value, when it
+ * is the last argument and the usage shows it with one) with the usage, and returns 2. */
+int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char *usage);
 
 #endif

@@ -1,6 +1,8 @@
 /* Helpers shared by the subcommands. */
 #include <errno.h>
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
@@ -50,4 +52,28 @@ int cf_arg_set(int argc, char **argv, int *i, char **sets, int *nsets, int max_s
     return 1;
   }
   return 0;
+}
+
+/* Whether the usage text shows `name` followed by a value placeholder ("--device SPEC"). Short
+ * forms are looked up by their long name, which is what the usage texts list. */
+static int option_takes_value(const char *usage, const char *name) {
+  static const char *const aliases[][2] = {{"-c", "--config"}, {"-d", "--device"}, {"-n", "--tokens"}, {"-o", "--out"},
+                                           {"-p", "--prompt"}, {"-r", "--repeat"}, {"-t", "--temperature"}};
+  for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++)
+    if (!strcmp(name, aliases[k][0])) name = aliases[k][1];
+  size_t n = strlen(name);
+  for (const char *p = strstr(usage, name); p; p = strstr(p + 1, name)) {
+    int starts = p == usage || !(isalnum((unsigned char)p[-1]) || p[-1] == '-');
+    if (starts && p[n] == ' ' && isupper((unsigned char)p[n + 1])) return 1;
+  }
+  return 0;
+}
+
+int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char *usage) {
+  const char *a = argv[i];
+  if (i == argc - 1 && a[0] == '-' && option_takes_value(usage, a))
+    fprintf(stderr, "clformer %s: %s needs a value\n\n%s", cmd, a, usage);
+  else
+    fprintf(stderr, "clformer %s: unexpected argument '%s'\n\n%s", cmd, a, usage);
+  return 2;
 }

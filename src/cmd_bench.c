@@ -152,7 +152,7 @@ int cmd_bench(int argc, char **argv) {
     } else if (a[0] != '-' && !what &&
                (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "step") || !strcmp(a, "all")))
       what = a;
-    else { fprintf(stderr, "clformer bench: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+    else return cf_cli_unexpected("bench", argc, argv, i, usage);
   }
   if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
 

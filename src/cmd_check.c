@@ -41,7 +41,7 @@ int cmd_check(int argc, char **argv) {
     if (cf_arg_is(argv[i], "--keys", NULL)) { cf_config_print_keys(stdout); return 0; }
     if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (argv[i][0] != '-' && !path) path = argv[i];
-    else { fprintf(stderr, "clformer check: unexpected argument '%s'\n\n%s", argv[i], usage); return 2; }
+    else return cf_cli_unexpected("check", argc, argv, i, usage);
   }
   if (!path) { fprintf(stderr, "clformer check: a CONFIG file is required\n\n%s", usage); return 2; }
   cf_config c;

@@ -42,7 +42,7 @@ int cmd_sample(int argc, char **argv) {
     else if (cf_arg_is(a, "--seed", NULL) && v) { if (!cf_parse_long(argv[++i], 0, 2147483647, &l)) { bad_opt = a; bad_val = argv[i]; break; } seed = (unsigned long long)l; }
     else if (cf_arg_is(a, "--device", "-d") && v) device = argv[++i];
     else if (a[0] != '-' && !dir) dir = a;
-    else { fprintf(stderr, "clformer sample: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+    else return cf_cli_unexpected("sample", argc, argv, i, usage);
   }
   if (bad_opt) {
     fprintf(stderr, "clformer sample: %s '%s' is not valid: --tokens, --top-k and --seed take non-negative integers, "

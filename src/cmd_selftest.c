@@ -16,7 +16,7 @@ int cmd_selftest(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (cf_arg_is(argv[i], "--help", "-h")) { fputs(usage, stdout); return 0; }
     else if (cf_arg_is(argv[i], "--device", "-d") && i + 1 < argc) device = argv[++i];
-    else { fprintf(stderr, "clformer selftest: unexpected argument '%s'\n\n%s", argv[i], usage); return 2; }
+    else return cf_cli_unexpected("selftest", argc, argv, i, usage);
   }
   cf_context_options o = {.device_spec = device};
   cf_context *ctx;

@@ -31,7 +31,7 @@ int cmd_train(int argc, char **argv) {
     else if (cf_arg_is(argv[i], "--resume", NULL) && i + 1 < argc) resume = argv[++i];
     else if (cf_arg_is(argv[i], "--quiet", "-q")) quiet = 1;
     else if (argv[i][0] != '-' && !path) path = argv[i];
-    else { fprintf(stderr, "clformer train: unexpected argument '%s'\n\n%s", argv[i], usage); return 2; }
+    else return cf_cli_unexpected("train", argc, argv, i, usage);
   }
   char resumed_cfg[2100];
   if (!path && resume) {

@@ -565,7 +565,7 @@ int cmd_compare(int argc, char **argv) {
     else if (cf_arg_is(a, "--log-steps", NULL)) log_steps = 1;
     else if (cf_arg_is(a, "--report-only", NULL)) report_only = 1;
     else if (a[0] != '-' && !path) path = a;
-    else { fprintf(stderr, "clformer compare: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+    else return cf_cli_unexpected("compare", argc, argv, i, usage);
   }
   if (!path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
   spec s;

@@ -144,7 +144,7 @@ int cmd_gradnorm(int argc, char **argv) {
     } else if (cf_arg_is(a, "--device", "-d") && has) device = argv[++i];
     else if (cf_arg_is(a, "--out", "-o") && has) out = argv[++i];
     else if (a[0] != '-' && !path) path = a;
-    else { fprintf(stderr, "clformer gradnorm: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+    else return cf_cli_unexpected("gradnorm", argc, argv, i, usage);
   }
   if (!path) { fprintf(stderr, "clformer gradnorm: a CONFIG is required\n\n%s", usage); return 2; }
   gn_spec s;

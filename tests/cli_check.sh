@@ -52,6 +52,12 @@ expect_error "--set without =" "expected KEY=VALUE" "$bin" check good.yaml --set
 expect_error "--set cross-key check" "--set model.heads: 3 heads do not divide" "$bin" check good.yaml --set model.heads=3
 expect_error "missing file" "cannot open nope.yaml" "$bin" check nope.yaml
 expect_error "no config given" "a CONFIG file is required" "$bin" check
+# an option left without its value is named as such, in every command; a stray one is unexpected
+expect_error "train --device without value" "clformer train: --device needs a value" "$bin" train good.yaml --device
+expect_error "sample -n without value" "clformer sample: -n needs a value" "$bin" sample run -n
+expect_error "check --set without value" "clformer check: --set needs a value" "$bin" check good.yaml --set
+expect_error "compare --seeds without value" "clformer compare: --seeds needs a value" "$bin" compare good.yaml --seeds
+expect_error "unknown option" "clformer train: unexpected argument '--bogus'" "$bin" train good.yaml --bogus
 left=$(ls | grep -v '\.yaml$' || true)
 [[ -z "$left" ]] && echo "ok   nothing created" || { echo "FAIL files created: $left"; fail=1; }
 "$bin" check --keys | grep -q '| `model.norm` | `pre` |' && echo "ok   --keys lists the schema" || { echo "FAIL --keys"; fail=1; }
