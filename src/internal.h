@@ -84,5 +84,9 @@ cf_status cf_read_file(const char *path, char **text, size_t *len);
 cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
 /* mkdir -p */
 cf_status cf_mkdirs(const char *path);
+/* Cache housekeeping (src/cache.c): mark an entry used (a hit), and prune with the default limits
+ * (after a write). */
+void cf_cache_touch(const char *path);
+void cf_cache_prune_default(const char *dir);
 
 #endif

@@ -176,8 +176,10 @@ static void cache_store(cf_context *ctx, cl_program p, const char *dir, const ch
     cf_status st = cf_mkdirs(dir);
     if (st == CF_OK) st = cf_write_file_atomic(path, buf, sizeof h + bin_len);
     cf_set_verbosity(v);
-    if (st == CF_OK) ctx->cache.writes++;
-    else cf_log(1, "note: could not cache %s: %s", label, cf_last_error());
+    if (st == CF_OK) {
+      ctx->cache.writes++;
+      cf_cache_prune_default(dir);
+    } else cf_log(1, "note: could not cache %s: %s", label, cf_last_error());
     cf_clear_error();
   }
   free(buf);
@@ -219,6 +221,7 @@ cf_status cf_program_build_source(cf_context *ctx, const char *label, const char
     snprintf(path, sizeof path, "%s/%s-%s.bin", dir, label, key);
     if (cache_load(ctx, path, label, out) == CF_OK) {
       ctx->cache.hits++;
+      cf_cache_touch(path);
       ctx->cache.last_load_ms = 1e3 * (cf_now() - t0);
       free(full);
       return CF_OK;

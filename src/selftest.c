@@ -80,7 +80,10 @@ cf_status cf_selftest_ensure(cf_context *ctx) {
       char line[16] = "";
       int ok = fgets(line, sizeof line, f) && !strncmp(line, "pass", 4);
       fclose(f);
-      if (ok) return CF_OK;
+      if (ok) {
+        cf_cache_touch(path);
+        return CF_OK;
+      }
     }
   }
   cf_log(1, "running the kernel self-test on %s (once per device and driver)...", d->name);
@@ -94,6 +97,6 @@ cf_status cf_selftest_ensure(cf_context *ctx) {
     return CF_FAIL(CF_ERR_SELFTEST, "%s computes wrong results in: %s; refusing to train on it (see the table above, "
                    "and `clformer selftest`)", d->name, ops);
   }
-  if (path[0] && cf_mkdirs(dir) == CF_OK) cf_write_file_atomic(path, "pass\n", 5);
+  if (path[0] && cf_mkdirs(dir) == CF_OK && cf_write_file_atomic(path, "pass\n", 5) == CF_OK) cf_cache_prune_default(dir);
   return CF_OK;
 }

@@ -1,9 +1,12 @@
 /* Kernel loader: a good kernel computes, a bad one reports its build log, the disk cache hits,
  * rejects and replaces corrupt entries, can be turned off, and CLFORMER_KERNEL_DIR overrides
- * the embedded sources (with #include of .clh headers). Also the error-reporting macro. */
+ * the embedded sources (with #include of .clh headers), and old entries are pruned by age and
+ * total size without touching other files. Also the error-reporting macro. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "testutil.h"
 
@@ -30,6 +33,80 @@ static int find_bin(const char *dir, char *path, size_t n) {
     }
   if (d) closedir(d);
   return found;
+}
+
+/* Creates dir/name with `bytes` bytes, last modified `age_s` seconds ago. */
+static void make_entry(const char *dir, const char *name, int bytes, double age_s) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  TEST_ASSERT(f != NULL, "create %s", path);
+  for (int i = 0; i < bytes; i++) fputc('x', f);
+  fclose(f);
+  struct timespec t[2];
+  t[0].tv_sec = t[1].tv_sec = time(NULL) - (time_t)age_s;
+  t[0].tv_nsec = t[1].tv_nsec = 0;
+  TEST_ASSERT(utimensat(AT_FDCWD, path, t, 0) == 0, "utimensat %s", path);
+}
+
+static int exists(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+static double mtime_age(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? difftime(time(NULL), st.st_mtime) : -1;
+}
+
+/* Pruning: by age first, then least recently used down to the size limit; foreign files stay. */
+static void check_prune(void) {
+  char dir[] = "/tmp/clformer-test-prune-XXXXXX";
+  TEST_ASSERT(mkdtemp(dir) != NULL, "mkdtemp");
+  const double day = 86400;
+  const char *hex32 = "0123456789abcdef0123456789abcdef";
+  char old_bin[64], fresh_bin[64], mid_bin[64], new_bin[64], old_tmp[80], new_tmp[80];
+  snprintf(old_bin, sizeof old_bin, "layernorm-%s.bin", hex32);
+  snprintf(fresh_bin, sizeof fresh_bin, "gemm-%s.bin", hex32);
+  snprintf(mid_bin, sizeof mid_bin, "attention-%s.bin", hex32);
+  snprintf(new_bin, sizeof new_bin, "dropout-%s.bin", hex32);
+  snprintf(old_tmp, sizeof old_tmp, "residual-%s.bin.tmp.1234", hex32);
+  snprintf(new_tmp, sizeof new_tmp, "embedding-%s.bin.tmp.1235", hex32);
+  make_entry(dir, old_bin, 100, 100 * day);
+  make_entry(dir, "selftest-0123456789abcdef.txt", 5, 100 * day);
+  make_entry(dir, fresh_bin, 1000, 3 * 3600);
+  make_entry(dir, mid_bin, 1000, 2 * 3600);
+  make_entry(dir, new_bin, 1000, 1 * 3600);
+  make_entry(dir, old_tmp, 10, 2 * 3600);
+  make_entry(dir, new_tmp, 10, 60);
+  /* not ours: kept whatever their age */
+  make_entry(dir, "notes.txt", 10, 400 * day);
+  make_entry(dir, "gemm-tuning-abc.txt", 10, 400 * day);
+  make_entry(dir, "layernorm-0123.bin", 10, 400 * day);
+  make_entry(dir, "selftest-0123456789ABCDEF.txt", 10, 400 * day);
+
+  int removed = cf_cache_prune(dir, 60, 1u << 20);
+  TEST_ASSERT(removed == 3, "age pruning removed %d entries, expected 3 (old binary, old verdict, stale tmp)", removed);
+  TEST_ASSERT(!exists(dir, old_bin) && !exists(dir, "selftest-0123456789abcdef.txt") && !exists(dir, old_tmp),
+              "expired entries must go");
+  TEST_ASSERT(exists(dir, fresh_bin) && exists(dir, mid_bin) && exists(dir, new_bin) && exists(dir, new_tmp),
+              "recent entries must stay");
+  /* size: 3010 bytes of entries, limit 1500: the two least recently used go */
+  removed = cf_cache_prune(dir, 60, 1500);
+  TEST_ASSERT(removed == 2 && !exists(dir, fresh_bin) && !exists(dir, mid_bin) && exists(dir, new_bin) &&
+                  exists(dir, new_tmp), "size pruning removed %d, expected the 2 oldest", removed);
+  TEST_ASSERT(exists(dir, "notes.txt") && exists(dir, "gemm-tuning-abc.txt") && exists(dir, "layernorm-0123.bin") &&
+                  exists(dir, "selftest-0123456789ABCDEF.txt"), "files that are not cache entries must stay");
+  TEST_ASSERT(cf_cache_prune("/nonexistent/clformer-dir", 0, 0) == 0, "a missing directory prunes nothing");
+  const char *rest[] = {new_bin, new_tmp, "notes.txt", "gemm-tuning-abc.txt", "layernorm-0123.bin",
+                        "selftest-0123456789ABCDEF.txt"};
+  for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, rest[i]);
+    unlink(path);
+  }
+  TEST_ASSERT(rmdir(dir) == 0, "prune test left files in %s", dir);
 }
 
 static double build_once(const char *src, cf_cache_stats *stats) {
@@ -117,6 +194,16 @@ int main(void) {
     clReleaseProgram(p);
     cf_context_free(c2);
   }
+
+  /* a hit marks the entry used (its mtime), so pruning by age spares entries in use */
+  {
+    struct timespec t[2] = {{time(NULL) - 10 * 86400, 0}, {time(NULL) - 10 * 86400, 0}};
+    TEST_ASSERT(utimensat(AT_FDCWD, bin, t, 0) == 0, "utimensat");
+    build_once(good_src, &s2);
+    TEST_ASSERT(s2.hits == 1 && mtime_age(bin) >= 0 && mtime_age(bin) < 3600,
+                "a hit must refresh the entry's time (age %.0f s)", mtime_age(bin));
+  }
+  check_prune();
 
   /* corrupt the cached binary: detected, rebuilt, replaced (then a hit again) */
   for (int mode = 0; mode < 2; mode++) {

@@ -32,6 +32,10 @@ typedef struct cf_cache_stats {
 cf_cache_stats cf_context_cache_stats(const cf_context *ctx);
 /* Directory used for cached binaries, or NULL when caching is off (CLFORMER_CACHE=off). */
 const char *cf_cache_dir(void);
+/* Removes this cache's entries in dir that are unused for max_age_days, then the least recently
+ * used until they total at most max_bytes; other files are left alone. Returns how many went.
+ * Runs by itself after each cache write (60 days, CLFORMER_CACHE_MAX_MB or 256 MB). */
+int cf_cache_prune(const char *dir, double max_age_days, size_t max_bytes);
 
 /* Work-group size every reduction kernel is compiled for (CF_WG in the #define block). */
 size_t cf_context_wg(const cf_context *ctx);
