@@ -168,16 +168,24 @@ done:
 
 /* ---------- runs ---------- */
 
-static void run_dir(const spec *s, int vi, int seed_k, char *buf, size_t n) {
-  if (s->seeds > 1) snprintf(buf, n, "%s/%s/seed%llu", s->out, s->v[vi].name, s->v[vi].cfg.seed + (unsigned long long)seed_k);
-  else snprintf(buf, n, "%s/%s", s->out, s->v[vi].name);
-}
-
 static int exists(const char *dir, const char *file) {
   char p[2200];
   struct stat sb;
   snprintf(p, sizeof p, "%s/%s", dir, file);
   return stat(p, &sb) == 0;
+}
+
+/* OUT/<variant> with one seed, OUT/<variant>/seed<s> with several. The base seed's run is found in
+ * the other place when only that one holds it, so changing --seeds between 1 and N reuses the run
+ * instead of training it again (the other seeds' directories then sit beside its files). */
+static void run_dir(const spec *s, int vi, int seed_k, char *buf, size_t n) {
+  char single[1100], seeded[1200];
+  snprintf(single, sizeof single, "%s/%s", s->out, s->v[vi].name);
+  snprintf(seeded, sizeof seeded, "%s/seed%llu", single, s->v[vi].cfg.seed + (unsigned long long)seed_k);
+  int use_seeded = s->seeds > 1;
+  if (seed_k == 0 && exists(single, "config.yaml") != exists(seeded, "config.yaml"))
+    use_seeded = exists(seeded, "config.yaml");
+  snprintf(buf, n, "%s", use_seeded ? seeded : single);
 }
 
 /* "finished", "diverged", "interrupted", or "" (no run.json) */

@@ -59,6 +59,14 @@ before=$(md5sum < cmp-out/summary.json)
 err=$("$bin" compare cmp.yaml --seeds 2 --set optim.lr=1e-3 2>&1); rc=$?
 [[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* && $(md5sum < cmp-out/summary.json) == "$before" ]] \
   && ok "a changed variant is not mixed with old runs, and the report is left alone" || bad "changed variant: rc=$rc $err"
+# one seed, then two: the first seed's run is reused, not trained again; and back to one
+"$bin" compare cmp.yaml --only pre --out one >/dev/null 2>&1
+out=$("$bin" compare cmp.yaml --only pre --out one --seeds 2 2>&1); rc=$?
+[[ $rc -eq 0 && "$out" == *"pre seed 1234] already finished: skipped"* && -s one/pre/seed1235/metrics.csv && ! -e one/pre/seed1234 ]] \
+  && ok "--seeds 1 -> 2 reuses the single run" || bad "--seeds 1 -> 2: rc=$rc $out"
+out=$("$bin" compare cmp.yaml --only pre --out cmp-out 2>&1); rc=$?
+[[ $rc -eq 0 && "$out" == *"already finished: skipped"* && ! -e cmp-out/pre/metrics.csv ]] \
+  && ok "--seeds 2 -> 1 reuses the base seed's run" || bad "--seeds 2 -> 1: rc=$rc $out"
 err=$("$bin" compare cmp.yaml --only nosuch 2>&1); rc=$?
 [[ $rc -eq 2 && "$err" == *"no variant named 'nosuch'"* ]] && ok "--only with an unknown name" || bad "--only: rc=$rc $err"
 printf 'base: {data: {train: text.txt}}\nvariants:\n  - {name: a, set: {model.nrom: pre}}\n' > bad.yaml
