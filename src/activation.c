@@ -29,7 +29,7 @@ static cf_status check_nc(int N, int C) {
 }
 
 /* Elements per work-item (ACT_VW in the kernels): 16 on CPUs, 1 elsewhere. */
-static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 static size_t vec_width(const cf_context *ctx) { return is_cpu(ctx) ? 16 : 1; }
 
 /* Flat kernels: one item per vec_width elements. */

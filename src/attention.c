@@ -51,7 +51,7 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
   cf_arg_int(&L, vec);
   size_t n = (size_t)S * B * T * C, local = 64;
   size_t global = vec ? n / 4 : n;
-  if (ctx->info.type & CL_DEVICE_TYPE_CPU) {  /* one item per row of HS floats (cl/attention.cl) */
+  if (cf_context_cpu_shapes(ctx)) {  /* one item per row of HS floats (cl/attention.cl) */
     global = (size_t)S * B * NH * T;
     local = 16;
   }
@@ -61,7 +61,7 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
 /* The softmax kernels' grid: on CPUs one row per work-item (B*NH*T items in small groups); else
  * one work-group per row, its local size a power of two, at most CF_WG, not much above T. */
 static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_t *local) {
-  if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
+  if (cf_context_cpu_shapes(ctx)) {
     *local = 16;
     *global = (size_t)rows;
     return;

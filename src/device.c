@@ -267,9 +267,17 @@ cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
   ctx->queue = clCreateCommandQueue(ctx->cl, ctx->info.device, ctx->profiling ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
   CF_CHECK_GOTO(err, st, fail);
   ctx->wg = pick_wg(ctx->info.max_work_group);
+  ctx->cpu_shapes = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  const char *shapes = getenv("CLFORMER_KERNEL_SHAPES");
+  if (shapes && *shapes && strcmp(shapes, "auto")) {
+    if (strcmp(shapes, "gpu") && strcmp(shapes, "cpu")) {
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "CLFORMER_KERNEL_SHAPES must be auto, cpu or gpu, not '%s'", shapes);
+      goto fail;
+    }
+    ctx->cpu_shapes = !strcmp(shapes, "cpu");
+  }
   snprintf(ctx->defines, sizeof ctx->defines,
-           "/* clformer defines */\n#define CF_WG %zu\n#define CF_DEVICE_IS_CPU %d\n", ctx->wg,
-           (ctx->info.type & CL_DEVICE_TYPE_CPU) ? 1 : 0);
+           "/* clformer defines */\n#define CF_WG %zu\n#define CF_DEVICE_IS_CPU %d\n", ctx->wg, ctx->cpu_shapes);
   /* Ask for OpenCL C 1.2 explicitly where the device offers it; 1.1 devices get the default. */
   snprintf(ctx->build_options, sizeof ctx->build_options, "%s",
            strstr(ctx->info.opencl_c_version, "OpenCL C 1.0") || strstr(ctx->info.opencl_c_version, "OpenCL C 1.1")
@@ -304,6 +312,7 @@ const cf_device_info *cf_context_device(const cf_context *ctx) { return &ctx->in
 cl_context cf_context_cl(const cf_context *ctx) { return ctx->cl; }
 cl_command_queue cf_context_queue(const cf_context *ctx) { return ctx->queue; }
 size_t cf_context_wg(const cf_context *ctx) { return ctx->wg; }
+int cf_context_cpu_shapes(const cf_context *ctx) { return ctx->cpu_shapes; }
 const char *cf_program_defines(const cf_context *ctx) { return ctx->defines; }
 cf_cache_stats cf_context_cache_stats(const cf_context *ctx) { return ctx->cache; }
 

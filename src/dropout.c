@@ -20,7 +20,7 @@ cf_status cf_dropout_check(cf_dropout d, size_t n) {
 /* The grid of the flat dropout kernels for n elements: CF_DROPOUT_ITEM (cl/dropout.clh) elements
  * per work-item, 64 on CPUs, 4 elsewhere. Shared with residual.c and attention.c. */
 void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local) {
-  int cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  int cpu = cf_context_cpu_shapes(ctx);
   size_t per = cpu ? 64 : 4;
   *global = (n + per - 1) / per;
   *local = cpu ? 16 : cf_context_wg(ctx);

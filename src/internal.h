@@ -68,6 +68,7 @@ struct cf_context {
   cl_command_queue queue;
   int profiling;
   size_t wg;                     /* CF_WG: work-group size for reductions */
+  int cpu_shapes;                /* CF_DEVICE_IS_CPU: kernels take their CPU shapes (cf_context_cpu_shapes) */
   char defines[512];             /* prepended to every program */
   char build_options[128];
   cf_loaded_program *programs;   /* built on first use */

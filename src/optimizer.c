@@ -16,7 +16,7 @@ static cf_status check_n(const char *what, size_t n) {
   return CF_OK;
 }
 
-static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
 static size_t elementwise_local(cf_context *ctx) { return cf_context_wg(ctx); }
 

@@ -39,6 +39,11 @@ int cf_cache_prune(const char *dir, double max_age_days, size_t max_bytes);
 
 /* Work-group size every reduction kernel is compiled for (CF_WG in the #define block). */
 size_t cf_context_wg(const cf_context *ctx);
+/* Whether kernels take their CPU shapes (a row per work-item, wide vectors, no barriers) or their
+ * GPU shapes (work-groups of CF_WG with local-memory reductions): CF_DEVICE_IS_CPU in every
+ * program, and the launch grids. The device type decides; CLFORMER_KERNEL_SHAPES=gpu|cpu
+ * overrides it, so the GPU code paths can be checked on a CPU device (slowly, but exactly). */
+int cf_context_cpu_shapes(const cf_context *ctx);
 
 /* A device memory location: a buffer and an offset in floats (or ints) from its start.
  * Passed to kernels as (pointer, offset) pairs; no sub-buffers, whose origins must be aligned. */
