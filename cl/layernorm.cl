@@ -1,4 +1,8 @@
-// LayerNorm over the last dimension (C) of an (N, C) tensor.
+// LayerNorm over the last dimension (C) of an (N, C) tensor, and LayerNorm fused with the residual
+// add (and the branch's dropout) in front of it: res = inp + dropout(branch), out = LN(res), one pass.
+#include "philox.clh"
+#include "dropout.clh"
+
 // Row kernels run one work-group of CF_WG work-items per row and reduce in local memory with a
 // fixed tree, so results do not depend on scheduling. The host launches exactly N groups, so the
 // row kernels need no row guard (and have none: an early return ahead of a barrier, although
@@ -19,18 +23,11 @@ inline float ln_hsum16(float16 v) {
   return c.x + c.y;
 }
 
-// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C). One row per work-item.
-__kernel void layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
-                                __global float *rstd, uint rstd_off, __global const float *inp, uint inp_off,
-                                __global const float *weight, uint weight_off, __global const float *bias,
-                                uint bias_off, int N, int C, float eps) {
-  int row = get_global_id(0);
-  if (row >= N) return;
-  __global const float *x = inp + inp_off + (size_t)row * C;
-  __global float *y = out + out_off + (size_t)row * C;
-  __global const float *w = weight + weight_off, *b = bias + bias_off;
+// The LayerNorm of one row: y (C) from x (C); returns (mean, rstd). The body of layernorm_forward,
+// shared with the fused kernel so that both compute the same bits.
+inline float2 ln_row_forward(__global float *y, __global const float *x, __global const float *w,
+                             __global const float *b, int C, float eps) {
   int c16 = C / 16 * 16;
-
   float16 s16 = (float16)(0.0f);
   for (int c = 0; c < c16; c += 16) s16 += vload16(0, x + c);
   float s = ln_hsum16(s16);
@@ -47,26 +44,28 @@ __kernel void layernorm_forward(__global float *out, uint out_off, __global floa
   for (int c = 0; c < c16; c += 16)
     vstore16((vload16(0, x + c) - m) * r * vload16(0, w + c) + vload16(0, b + c), 0, y + c);
   for (int c = c16; c < C; c++) y[c] = (x[c] - m) * r * w[c] + b[c];
-  mean[mean_off + row] = m;
-  rstd[rstd_off + row] = r;
+  return (float2)(m, r);
 }
 
-// dinp (N, C) = or += (accumulate) the input gradient; dout (N, C), inp (N, C), weight (C),
-// mean (N), rstd (N). With g = dout * weight and xhat = (x - mean) * rstd:
-//   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
-// One row per work-item, which reads dout[c] before it writes dinp[c]: dinp may alias dout.
-__kernel void layernorm_backward(__global float *dinp, uint dinp_off, __global const float *dout, uint dout_off,
-                                 __global const float *inp, uint inp_off, __global const float *weight,
-                                 uint weight_off, __global const float *mean, uint mean_off,
-                                 __global const float *rstd, uint rstd_off, int N, int C, int accumulate) {
+// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C). One row per work-item.
+__kernel void layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
+                                __global float *rstd, uint rstd_off, __global const float *inp, uint inp_off,
+                                __global const float *weight, uint weight_off, __global const float *bias,
+                                uint bias_off, int N, int C, float eps) {
   int row = get_global_id(0);
   if (row >= N) return;
   size_t base = (size_t)row * C;
-  __global const float *x = inp + inp_off + base, *dy = dout + dout_off + base, *w = weight + weight_off;
-  __global float *dx = dinp + dinp_off + base;
-  float m = mean[mean_off + row], r = rstd[rstd_off + row];
-  int c16 = C / 16 * 16;
+  float2 mr = ln_row_forward(out + out_off + base, inp + inp_off + base, weight + weight_off, bias + bias_off, C, eps);
+  mean[mean_off + row] = mr.x;
+  rstd[rstd_off + row] = mr.y;
+}
 
+// The input gradient of one row: dx (C) = or += (accumulate) rstd * (g - mean_c(g) - xhat *
+// mean_c(g * xhat)) with g = dy * w and xhat = (x - m) * r. Reads dy[c] before it writes dx[c], so
+// dx may alias dy. The body of layernorm_backward, shared with the fused kernel.
+inline void ln_row_backward(__global float *dx, __global const float *dy, __global const float *x,
+                            __global const float *w, float m, float r, int C, int accumulate) {
+  int c16 = C / 16 * 16;
   float16 a16 = (float16)(0.0f), b16 = (float16)(0.0f);
   for (int c = 0; c < c16; c += 16) {
     float16 g = vload16(0, dy + c) * vload16(0, w + c), xhat = (vload16(0, x + c) - m) * r;
@@ -90,6 +89,95 @@ __kernel void layernorm_backward(__global float *dinp, uint dinp_off, __global c
     float d = r * (g - mg - xhat * mgx);
     dx[c] = accumulate ? dx[c] + d : d;
   }
+}
+
+// dinp (N, C) = or += (accumulate) the input gradient; dout (N, C), inp (N, C), weight (C),
+// mean (N), rstd (N). With g = dout * weight and xhat = (x - mean) * rstd:
+//   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
+// One row per work-item, which reads dout[c] before it writes dinp[c]: dinp may alias dout.
+__kernel void layernorm_backward(__global float *dinp, uint dinp_off, __global const float *dout, uint dout_off,
+                                 __global const float *inp, uint inp_off, __global const float *weight,
+                                 uint weight_off, __global const float *mean, uint mean_off,
+                                 __global const float *rstd, uint rstd_off, int N, int C, int accumulate) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  size_t base = (size_t)row * C;
+  ln_row_backward(dinp + dinp_off + base, dout + dout_off + base, inp + inp_off + base, weight + weight_off,
+                  mean[mean_off + row], rstd[rstd_off + row], C, accumulate);
+}
+
+// y[c] = r[c] + x[c] * mask(i0 + c) * scale (r NULL: no addend) for the C elements of a row that
+// starts at element i0 of a flat tensor: the dropout of cl/dropout.clh, in 64-element blocks of
+// the flat index as cf_dropout_item takes them (16 Philox groups per call); a block the row cuts
+// is applied element by element. y may alias r or x.
+inline void ln_dropout_row(__global float *y, __global const float *r, __global const float *x, uint i0, int C,
+                           float p, float scale, uint seed, uint step, uint tensor_id) {
+  uint end = i0 + (uint)C;
+  for (uint b0 = i0 / 64u * 64u; b0 < end; b0 += 64u) {
+    float16 f[4];
+    cf_dropout_factors64(seed, step, tensor_id, b0 / 4u, p, scale, f);
+    if (b0 >= i0 && b0 + 64u <= end) {
+      uint c = b0 - i0;
+      for (int k = 0; k < 4; k++)
+        vstore16(r ? vload16(k, r + c) + vload16(k, x + c) * f[k] : vload16(k, x + c) * f[k], k, y + c);
+    } else {
+      float fa[64];
+      for (int k = 0; k < 4; k++) vstore16(f[k], k, fa);
+      for (uint i = max(b0, i0); i < min(b0 + 64u, end); i++) {
+        uint c = i - i0;
+        y[c] = r ? r[c] + x[c] * fa[i - b0] : x[c] * fa[i - b0];
+      }
+    }
+  }
+}
+
+// res (N, C) = inp (N, C) + dropout(branch (N, C)), then out (N, C), mean (N), rstd (N) = the
+// LayerNorm of res with weight (C), bias (C). The same bits as residual_dropout_forward followed by
+// layernorm_forward (mask element n*C + c of the flat tensor; p == 0: the plain sum). One row per
+// work-item, which writes its row of res and reads it back (from cache): res may alias inp or branch.
+__kernel void residual_dropout_layernorm_forward(__global float *out, uint out_off, __global float *mean,
+                                                 uint mean_off, __global float *rstd, uint rstd_off,
+                                                 __global float *res, uint res_off, __global const float *inp,
+                                                 uint inp_off, __global const float *branch, uint branch_off,
+                                                 __global const float *weight, uint weight_off,
+                                                 __global const float *bias, uint bias_off, int N, int C, float eps,
+                                                 float p, float scale, uint seed, uint step, uint tensor_id) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  size_t base = (size_t)row * C;
+  __global float *r = res + res_off + base;
+  __global const float *x = inp + inp_off + base, *br = branch + branch_off + base;
+  if (p > 0.0f) {
+    ln_dropout_row(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id);
+  } else {
+    int c16 = C / 16 * 16;
+    for (int c = 0; c < c16; c += 16) vstore16(vload16(0, x + c) + vload16(0, br + c), 0, r + c);
+    for (int c = c16; c < C; c++) r[c] = x[c] + br[c];
+  }
+  float2 mr = ln_row_forward(out + out_off + base, r, weight + weight_off, bias + bias_off, C, eps);
+  mean[mean_off + row] = mr.x;
+  rstd[rstd_off + row] = mr.y;
+}
+
+// Backward of the above, after layernorm_backward_params: dinp (N, C) = or += (accumulate) the
+// LayerNorm's input gradient (= dres, which is also d(inp)), as layernorm_backward computes it;
+// then dbranch (N, C) = dropout(dinp) with the forward's mask. dout (N, C), res (N, C),
+// weight (C), mean (N), rstd (N). dinp may alias dout; dbranch aliases nothing.
+__kernel void residual_dropout_layernorm_backward(__global float *dinp, uint dinp_off, __global float *dbranch,
+                                                  uint dbranch_off, __global const float *dout, uint dout_off,
+                                                  __global const float *res, uint res_off,
+                                                  __global const float *weight, uint weight_off,
+                                                  __global const float *mean, uint mean_off,
+                                                  __global const float *rstd, uint rstd_off, int N, int C,
+                                                  int accumulate, float p, float scale, uint seed, uint step,
+                                                  uint tensor_id) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  size_t base = (size_t)row * C;
+  __global float *dx = dinp + dinp_off + base;
+  ln_row_backward(dx, dout + dout_off + base, res + res_off + base, weight + weight_off, mean[mean_off + row],
+                  rstd[rstd_off + row], C, accumulate);
+  ln_dropout_row(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id);
 }
 
 // dweight[c] += sum_n dout[n,c] * xhat[n,c] and dbias[c] += sum_n dout[n,c]: one item per 64
@@ -186,18 +274,11 @@ inline float2 ln_group_sum2(float2 v, __local float2 *red) {
   return total;
 }
 
-// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C). One work-group per row.
-__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
-void layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
-                       __global float *rstd, uint rstd_off, __global const float *inp, uint inp_off,
-                       __global const float *weight, uint weight_off, __global const float *bias, uint bias_off,
-                       int N, int C, float eps) {
-  __local float red[CF_WG];
-  int row = get_group_id(0), lid = get_local_id(0);
-  __global const float *x = inp + inp_off + (size_t)row * C;
-  __global float *y = out + out_off + (size_t)row * C;
-  __global const float *w = weight + weight_off, *b = bias + bias_off;
-
+// The LayerNorm of one row by the work-group: y (C) from x (C); every item gets (mean, rstd). The
+// body of layernorm_forward, shared with the fused kernel so that both compute the same bits.
+inline float2 ln_group_forward(__global float *y, __global const float *x, __global const float *w,
+                               __global const float *b, int C, float eps, __local float *red) {
+  int lid = get_local_id(0);
   float s = 0.0f;
   for (int c = lid; c < C; c += CF_WG) s += x[c];
   float m = ln_group_sum(s, red) / (float)C;
@@ -208,9 +289,43 @@ void layernorm_forward(__global float *out, uint out_off, __global float *mean, 
   }
   float r = 1.0f / sqrt(ln_group_sum(v, red) / (float)C + eps);
   for (int c = lid; c < C; c += CF_WG) y[c] = (x[c] - m) * r * w[c] + b[c];
-  if (lid == 0) {
-    mean[mean_off + row] = m;
-    rstd[rstd_off + row] = r;
+  return (float2)(m, r);
+}
+
+// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C). One work-group per row.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
+                       __global float *rstd, uint rstd_off, __global const float *inp, uint inp_off,
+                       __global const float *weight, uint weight_off, __global const float *bias, uint bias_off,
+                       int N, int C, float eps) {
+  __local float red[CF_WG];
+  int row = get_group_id(0);
+  size_t base = (size_t)row * C;
+  float2 mr = ln_group_forward(out + out_off + base, inp + inp_off + base, weight + weight_off, bias + bias_off, C,
+                               eps, red);
+  if (get_local_id(0) == 0) {
+    mean[mean_off + row] = mr.x;
+    rstd[rstd_off + row] = mr.y;
+  }
+}
+
+// The input gradient of one row by the work-group: dx (C) = or += (accumulate)
+// rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) with g = dy * w and xhat = (x - m) * r. Each item
+// reads dy[c] before it writes dx[c], so dx may alias dy. The body of layernorm_backward.
+inline void ln_group_backward(__global float *dx, __global const float *dy, __global const float *x,
+                              __global const float *w, float m, float r, int C, int accumulate,
+                              __local float2 *red) {
+  int lid = get_local_id(0);
+  float2 acc = (float2)(0.0f, 0.0f);
+  for (int c = lid; c < C; c += CF_WG) {
+    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
+    acc += (float2)(g, g * xhat);
+  }
+  float2 means = ln_group_sum2(acc, red) / (float)C;
+  for (int c = lid; c < C; c += CF_WG) {
+    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
+    float d = r * (g - means.x - xhat * means.y);
+    dx[c] = accumulate ? dx[c] + d : d;
   }
 }
 
@@ -224,23 +339,75 @@ void layernorm_backward(__global float *dinp, uint dinp_off, __global const floa
                         __global const float *mean, uint mean_off, __global const float *rstd, uint rstd_off,
                         int N, int C, int accumulate) {
   __local float2 red[CF_WG];
-  int row = get_group_id(0), lid = get_local_id(0);
+  int row = get_group_id(0);
   size_t base = (size_t)row * C;
-  __global const float *x = inp + inp_off + base, *dy = dout + dout_off + base, *w = weight + weight_off;
-  __global float *dx = dinp + dinp_off + base;
-  float m = mean[mean_off + row], r = rstd[rstd_off + row];
+  ln_group_backward(dinp + dinp_off + base, dout + dout_off + base, inp + inp_off + base, weight + weight_off,
+                    mean[mean_off + row], rstd[rstd_off + row], C, accumulate, red);
+}
 
-  float2 acc = (float2)(0.0f, 0.0f);
-  for (int c = lid; c < C; c += CF_WG) {
-    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
-    acc += (float2)(g, g * xhat);
+// y[c] = r[c] + x[c] * mask(i0 + c) * scale (r NULL: no addend) for the C elements of a row that
+// starts at element i0 of a flat tensor, by the work-group: one Philox call per group of 4 flat
+// elements (as the dropout kernels take them), groups dealt to the items in turn. y may alias r or x.
+inline void ln_group_dropout(__global float *y, __global const float *r, __global const float *x, uint i0, int C,
+                             float p, float scale, uint seed, uint step, uint tensor_id) {
+  uint end = i0 + (uint)C;
+  for (uint g = i0 / 4u + get_local_id(0); 4u * g < end; g += CF_WG) {
+    float4 f = cf_dropout_factors(seed, step, tensor_id, g, p, scale);
+    float fj[4] = {f.x, f.y, f.z, f.w};
+    for (uint j = 0; j < 4u; j++) {
+      uint i = 4u * g + j;
+      if (i >= i0 && i < end) y[i - i0] = r ? r[i - i0] + x[i - i0] * fj[j] : x[i - i0] * fj[j];
+    }
   }
-  float2 means = ln_group_sum2(acc, red) / (float)C;
-  for (int c = lid; c < C; c += CF_WG) {
-    float g = dy[c] * w[c], xhat = (x[c] - m) * r;
-    float d = r * (g - means.x - xhat * means.y);
-    dx[c] = accumulate ? dx[c] + d : d;
+}
+
+// res (N, C) = inp (N, C) + dropout(branch (N, C)), then out (N, C), mean (N), rstd (N) = the
+// LayerNorm of res with weight (C), bias (C): the same bits as residual_dropout_forward followed by
+// layernorm_forward. One work-group per row; the items share their row of res through global
+// memory (a barrier between the passes): res may alias inp or branch.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void residual_dropout_layernorm_forward(__global float *out, uint out_off, __global float *mean, uint mean_off,
+                                        __global float *rstd, uint rstd_off, __global float *res, uint res_off,
+                                        __global const float *inp, uint inp_off, __global const float *branch,
+                                        uint branch_off, __global const float *weight, uint weight_off,
+                                        __global const float *bias, uint bias_off, int N, int C, float eps, float p,
+                                        float scale, uint seed, uint step, uint tensor_id) {
+  __local float red[CF_WG];
+  int row = get_group_id(0);
+  size_t base = (size_t)row * C;
+  __global float *r = res + res_off + base;
+  __global const float *x = inp + inp_off + base, *br = branch + branch_off + base;
+  if (p > 0.0f) {
+    ln_group_dropout(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id);
+  } else {
+    for (int c = get_local_id(0); c < C; c += CF_WG) r[c] = x[c] + br[c];
   }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  float2 mr = ln_group_forward(out + out_off + base, r, weight + weight_off, bias + bias_off, C, eps, red);
+  if (get_local_id(0) == 0) {
+    mean[mean_off + row] = mr.x;
+    rstd[rstd_off + row] = mr.y;
+  }
+}
+
+// Backward of the above, after layernorm_backward_params: dinp (N, C) = or += (accumulate) the
+// LayerNorm's input gradient (= dres, also d(inp)); then dbranch (N, C) = dropout(dinp). dout (N, C),
+// res (N, C), weight (C), mean (N), rstd (N). dinp may alias dout; dbranch aliases nothing.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void residual_dropout_layernorm_backward(__global float *dinp, uint dinp_off, __global float *dbranch,
+                                         uint dbranch_off, __global const float *dout, uint dout_off,
+                                         __global const float *res, uint res_off, __global const float *weight,
+                                         uint weight_off, __global const float *mean, uint mean_off,
+                                         __global const float *rstd, uint rstd_off, int N, int C, int accumulate,
+                                         float p, float scale, uint seed, uint step, uint tensor_id) {
+  __local float2 red[CF_WG];
+  int row = get_group_id(0);
+  size_t base = (size_t)row * C;
+  __global float *dx = dinp + dinp_off + base;
+  ln_group_backward(dx, dout + dout_off + base, res + res_off + base, weight + weight_off, mean[mean_off + row],
+                    rstd[rstd_off + row], C, accumulate, red);
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  ln_group_dropout(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id);
 }
 
 // Column reduction for the parameter gradients: dweight[c] += sum_n dout[n,c] * xhat[n,c] and

@@ -1,13 +1,14 @@
-/* LayerNorm launchers (kernels in cl/layernorm.cl). Forward: one work-group per row (on CPUs one
- * work-item per row, in groups of LN_CPU_ROWS; the column reduction one item per 64 columns).
- * Backward: the column reduction for dweight/dbias runs first, then the row kernel, so that
- * dinp may overwrite dout. */
+/* LayerNorm launchers (kernels in cl/layernorm.cl), plain and fused with the residual add and
+ * dropout in front of it. Forward: one work-group per row (on CPUs one work-item per row, in groups
+ * of LN_CPU_ROWS; the column reduction one item per 64 columns). Backward: the column reduction
+ * for dweight/dbias runs first, then the row kernel, so that dinp may overwrite dout. */
 #include "clformer/layernorm.h"
+#include "dropout_internal.h"
 #include "internal.h"
 
 #define LN_CPU_ROWS 4
 
-static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
 /* The row kernels' grid: N groups of wg, or on CPUs N items in groups of LN_CPU_ROWS. */
 static void row_grid(const cf_context *ctx, int N, size_t *global, size_t *local) {
@@ -41,12 +42,9 @@ cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem 
   return cf_launch_run(&L, 1, &global, &local);
 }
 
-cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp,
-                                cf_mem weight, cf_mem mean, cf_mem rstd, int N, int C, int accumulate) {
-  CF_TRY(check_dims(N, C));
-  if (accumulate != 0 && accumulate != 1)
-    return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm_backward: accumulate must be 0 or 1, got %d", accumulate);
-  if (N == 0) return CF_OK;
+/* dweight += sum_n dout * xhat, dbias += sum_n dout: the column reduction both backwards run first. */
+static cf_status backward_params(cf_context *ctx, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp, cf_mem mean,
+                                 cf_mem rstd, int N, int C) {
   size_t wg = cf_context_wg(ctx);
   size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
   size_t global = ((size_t)C + tx - 1) / tx * wg, local = wg;
@@ -61,9 +59,24 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   cf_arg_mem(&L, rstd);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
-  CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  return cf_launch_run(&L, 1, &global, &local);
+}
 
+static cf_status check_accumulate(const char *op, int accumulate) {
+  if (accumulate != 0 && accumulate != 1)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "%s: accumulate must be 0 or 1, got %d", op, accumulate);
+  return CF_OK;
+}
+
+cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp,
+                                cf_mem weight, cf_mem mean, cf_mem rstd, int N, int C, int accumulate) {
+  CF_TRY(check_dims(N, C));
+  CF_TRY(check_accumulate("layernorm_backward", accumulate));
+  if (N == 0) return CF_OK;
+  CF_TRY(backward_params(ctx, dweight, dbias, dout, inp, mean, rstd, N, C));
+  size_t global, local;
   row_grid(ctx, N, &global, &local);
+  cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward");
   cf_arg_mem(&L, dinp);
   cf_arg_mem(&L, dout);
@@ -74,5 +87,61 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   cf_arg_int(&L, accumulate);
+  return cf_launch_run(&L, 1, &global, &local);
+}
+
+cf_status cf_residual_dropout_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem rstd, cf_mem res,
+                                                cf_mem inp, cf_mem branch, cf_mem weight, cf_mem bias, int N, int C,
+                                                float eps, cf_dropout d) {
+  CF_TRY(check_dims(N, C));
+  if (!(eps > 0.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: eps must be > 0, got %g", (double)eps);
+  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
+  if (N == 0) return CF_OK;
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "layernorm", "residual_dropout_layernorm_forward");
+  cf_arg_mem(&L, out);
+  cf_arg_mem(&L, mean);
+  cf_arg_mem(&L, rstd);
+  cf_arg_mem(&L, res);
+  cf_arg_mem(&L, inp);
+  cf_arg_mem(&L, branch);
+  cf_arg_mem(&L, weight);
+  cf_arg_mem(&L, bias);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, C);
+  cf_arg_float(&L, eps);
+  cf_arg_dropout(&L, d);
+  return cf_launch_run(&L, 1, &global, &local);
+}
+
+cf_status cf_residual_dropout_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dbranch, cf_mem dweight,
+                                                 cf_mem dbias, cf_mem dout, cf_mem res, cf_mem weight, cf_mem mean,
+                                                 cf_mem rstd, int N, int C, int accumulate, cf_dropout d) {
+  CF_TRY(check_dims(N, C));
+  CF_TRY(check_accumulate("residual_dropout_layernorm_backward", accumulate));
+  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
+  if (N == 0) return CF_OK;
+  if (d.p == 0.0f) {  /* no mask: dbranch is dinp (a copy, or nothing when they are one tensor) */
+    CF_TRY(cf_layernorm_backward(ctx, dinp, dweight, dbias, dout, res, weight, mean, rstd, N, C, accumulate));
+    return cf_copy(ctx, dbranch, dinp, (size_t)N * C);
+  }
+  CF_TRY(backward_params(ctx, dweight, dbias, dout, res, mean, rstd, N, C));
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "layernorm", "residual_dropout_layernorm_backward");
+  cf_arg_mem(&L, dinp);
+  cf_arg_mem(&L, dbranch);
+  cf_arg_mem(&L, dout);
+  cf_arg_mem(&L, res);
+  cf_arg_mem(&L, weight);
+  cf_arg_mem(&L, mean);
+  cf_arg_mem(&L, rstd);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, C);
+  cf_arg_int(&L, accumulate);
+  cf_arg_dropout(&L, d);
   return cf_launch_run(&L, 1, &global, &local);
 }
