@@ -314,6 +314,33 @@ static cf_mem block_input(const cf_model *m, int l) {
 }
 static cf_mem model_output(const cf_model *m) { return block_input(m, m->L); }
 
+/* A LayerNorm: its parameters (offsets in params and grads) and its output and statistics (acts). */
+typedef struct norm_at {
+  size_t w, b, out, mean, rstd;
+} norm_at;
+
+static norm_at ln1_at(const cf_model *m, int l) {
+  norm_at n = {m->lp[l].ln1_w, m->lp[l].ln1_b, m->la[l].norm1, m->la[l].mean1, m->la[l].rstd1};
+  return n;
+}
+static norm_at ln2_at(const cf_model *m, int l) {
+  norm_at n = {m->lp[l].ln2_w, m->lp[l].ln2_b, m->la[l].norm2, m->la[l].mean2, m->la[l].rstd2};
+  return n;
+}
+
+/* Pre-LN: the LayerNorm that reads block l's output (LN1 of block l + 1, or the final one), which
+ * block l computes fused with its last residual add; 0 when there is none. */
+static int next_norm(const cf_model *m, int l, norm_at *n) {
+  if (l + 1 < m->L) { *n = ln1_at(m, l + 1); return 1; }
+  if (m->lnf_w == SIZE_MAX) return 0;
+  norm_at f = {m->lnf_w, m->lnf_b, m->lnf_out, m->lnf_mean, m->lnf_rstd};
+  *n = f;
+  return 1;
+}
+
+/* Whether the last block computes the final LayerNorm (Pre-LN: see next_norm). */
+static int final_norm_in_block(const cf_model *m) { return m->cfg.model.norm == CF_NORM_PRE && m->L > 0; }
+
 /* ---------- the block: Pre-LN and Post-LN ---------- */
 
 static cf_status attention_forward(cf_model *m, int l, cf_mem inp) {
@@ -336,30 +363,36 @@ static cf_status ffn_forward(cf_model *m, int l, cf_mem inp) {
   return linear_forward(m, S(m->s_branch), A(a->a), p->fc2_w, p->fc2_b, F, C);
 }
 
+/* res = x + dropout(branch in s_branch), then the LayerNorm n of res: one kernel. */
+static cf_status residual_norm_forward(cf_model *m, size_t res, cf_mem x, norm_at n, cf_dropout d) {
+  return cf_residual_dropout_layernorm_forward(m->ctx, A(n.out), A(n.mean), A(n.rstd), A(res), x, S(m->s_branch),
+                                               P(n.w), P(n.b), m->B * m->T, m->C, (float)m->cfg.model.ln_eps, d);
+}
+
 static cf_status block_forward(cf_model *m, int l) {
-  layer_params *p = &m->lp[l];
   layer_acts *a = &m->la[l];
-  int N = m->B * m->T, C = m->C;
-  size_t NC = (size_t)N * C;
-  float eps = (float)m->cfg.model.ln_eps;
   double pd = m->cfg.model.dropout;
   cf_mem x = block_input(m, l);
   if (m->cfg.model.norm == CF_NORM_PRE) {
-    /* x1 = x + Attn(LN1(x)); x2 = x1 + FFN(LN2(x1)) */
-    CF_TRY(cf_layernorm_forward(m->ctx, A(a->norm1), A(a->mean1), A(a->rstd1), x, P(p->ln1_w), P(p->ln1_b), N, C, eps));
+    /* x1 = x + Attn(LN1(x)); x2 = x1 + FFN(LN2(x1)). Each residual add runs fused with the
+     * LayerNorm of its sum: LN2, then the next block's LN1 (or the final LayerNorm), so LN1(x)
+     * is computed here only for the embedding. */
+    norm_at ln1 = ln1_at(m, l), next;
+    if (l == 0)
+      CF_TRY(cf_layernorm_forward(m->ctx, A(ln1.out), A(ln1.mean), A(ln1.rstd), x, P(ln1.w), P(ln1.b), m->B * m->T,
+                                  m->C, (float)m->cfg.model.ln_eps));
     CF_TRY(attention_forward(m, l, A(a->norm1)));
-    CF_TRY(cf_residual_dropout_forward(m->ctx, A(a->res1), x, S(m->s_branch), NC, dropout_key(m, l, DROP_ATT_OUT, pd)));
-    CF_TRY(cf_layernorm_forward(m->ctx, A(a->norm2), A(a->mean2), A(a->rstd2), A(a->res1), P(p->ln2_w), P(p->ln2_b), N, C, eps));
+    CF_TRY(residual_norm_forward(m, a->res1, x, ln2_at(m, l), dropout_key(m, l, DROP_ATT_OUT, pd)));
     CF_TRY(ffn_forward(m, l, A(a->norm2)));
-    return cf_residual_dropout_forward(m->ctx, A(a->res2), A(a->res1), S(m->s_branch), NC, dropout_key(m, l, DROP_FFN_OUT, pd));
+    cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd);
+    if (next_norm(m, l, &next)) return residual_norm_forward(m, a->res2, A(a->res1), next, d_ffn);
+    return cf_residual_dropout_forward(m->ctx, A(a->res2), A(a->res1), S(m->s_branch), (size_t)m->B * m->T * m->C, d_ffn);
   }
   /* x1 = LN1(x + Attn(x)); x2 = LN2(x1 + FFN(x1)) */
   CF_TRY(attention_forward(m, l, x));
-  CF_TRY(cf_residual_dropout_forward(m->ctx, A(a->res1), x, S(m->s_branch), NC, dropout_key(m, l, DROP_ATT_OUT, pd)));
-  CF_TRY(cf_layernorm_forward(m->ctx, A(a->norm1), A(a->mean1), A(a->rstd1), A(a->res1), P(p->ln1_w), P(p->ln1_b), N, C, eps));
+  CF_TRY(residual_norm_forward(m, a->res1, x, ln1_at(m, l), dropout_key(m, l, DROP_ATT_OUT, pd)));
   CF_TRY(ffn_forward(m, l, A(a->norm1)));
-  CF_TRY(cf_residual_dropout_forward(m->ctx, A(a->res2), A(a->norm1), S(m->s_branch), NC, dropout_key(m, l, DROP_FFN_OUT, pd)));
-  return cf_layernorm_forward(m->ctx, A(a->norm2), A(a->mean2), A(a->rstd2), A(a->res2), P(p->ln2_w), P(p->ln2_b), N, C, eps);
+  return residual_norm_forward(m, a->res2, A(a->norm1), ln2_at(m, l), dropout_key(m, l, DROP_FFN_OUT, pd));
 }
 
 /* The gradient of a residual branch's output: dropout's backward of dres, into s_branch, or
@@ -368,6 +401,16 @@ static cf_status branch_grad(cf_model *m, cf_mem dres, cf_dropout d, cf_mem *dbr
   if (d.p == 0.0f) { *dbranch = dres; return CF_OK; }
   *dbranch = S(m->s_branch);
   return cf_residual_dropout_backward(m->ctx, *dbranch, dres, (size_t)m->B * m->T * m->C, d);
+}
+
+/* The backward of residual_norm_forward: dres = (accumulate: +=) the LayerNorm's input gradient
+ * from dnorm, and *dbranch = dropout's backward of dres (s_branch, or dres itself without
+ * dropout), in one kernel. */
+static cf_status residual_norm_backward(cf_model *m, cf_mem dres, cf_mem dnorm, size_t res, norm_at n, int accumulate,
+                                        cf_dropout d, cf_mem *dbranch) {
+  *dbranch = d.p == 0.0f ? dres : S(m->s_branch);
+  return cf_residual_dropout_layernorm_backward(m->ctx, dres, *dbranch, G(n.w), G(n.b), dnorm, A(res), P(n.w),
+                                                A(n.mean), A(n.rstd), m->B * m->T, m->C, accumulate, d);
 }
 
 /* dffn_out -> grads of the FFN; d(input) written (or added, accumulate) into dinp */
@@ -391,34 +434,35 @@ static cf_status attention_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout
   return linear_backward(m, dinp, p->qkv_w, p->qkv_b, S(m->s_dqkv), inp, C, 3 * C, accumulate);
 }
 
-/* s_stream holds d(block output) on entry and d(block input) on return. */
+/* s_stream holds d(block output) on entry and d(block input) on return. Pre-LN mirrors the
+ * forward's fusion: s_res holds on entry the gradient of the output of next_norm (and s_stream
+ * nothing yet for the last block), and on return, for l > 0, that of LN1(x), whose backward the
+ * block before runs fused with its last residual's. */
 static cf_status block_backward(cf_model *m, int l) {
-  layer_params *p = &m->lp[l];
   layer_acts *a = &m->la[l];
-  int N = m->B * m->T, C = m->C;
   double pd = m->cfg.model.dropout;
   cf_mem dx = S(m->s_stream), dres = S(m->s_res), dbranch, x = block_input(m, l);
   if (m->cfg.model.norm == CF_NORM_PRE) {
-    /* x2 = x1 + FFN(LN2(x1)): dx1 = dx2 + LN2'(FFN'(dx2)) */
-    CF_TRY(branch_grad(m, dx, dropout_key(m, l, DROP_FFN_OUT, pd), &dbranch));
+    /* x2 = x1 + FFN(LN2(x1)), read by the next LayerNorm: dx2 (+)= LNnext'(dres);
+     * dx1 = dx2 + LN2'(FFN'(dx2)) */
+    norm_at ln1 = ln1_at(m, l), next;
+    cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd), d_att = dropout_key(m, l, DROP_ATT_OUT, pd);
+    if (next_norm(m, l, &next)) CF_TRY(residual_norm_backward(m, dx, dres, a->res2, next, l + 1 < m->L, d_ffn, &dbranch));
+    else CF_TRY(branch_grad(m, dx, d_ffn, &dbranch));
     CF_TRY(ffn_backward(m, l, dres, dbranch, A(a->norm2), 0));
-    CF_TRY(cf_layernorm_backward(m->ctx, dx, G(p->ln2_w), G(p->ln2_b), dres, A(a->res1), P(p->ln2_w), A(a->mean2),
-                                 A(a->rstd2), N, C, 1));
-    /* x1 = x + Attn(LN1(x)): dx = dx1 + LN1'(Attn'(dx1)) */
-    CF_TRY(branch_grad(m, dx, dropout_key(m, l, DROP_ATT_OUT, pd), &dbranch));
+    /* x1 = x + Attn(LN1(x)): dx1 += LN2'(dres); dx = dx1 + LN1'(Attn'(dx1)) */
+    CF_TRY(residual_norm_backward(m, dx, dres, a->res1, ln2_at(m, l), 1, d_att, &dbranch));
     CF_TRY(attention_backward(m, l, dres, dbranch, A(a->norm1), 0));
-    return cf_layernorm_backward(m->ctx, dx, G(p->ln1_w), G(p->ln1_b), dres, x, P(p->ln1_w), A(a->mean1), A(a->rstd1),
-                                 N, C, 1);
+    if (l > 0) return CF_OK;
+    return cf_layernorm_backward(m->ctx, dx, G(ln1.w), G(ln1.b), dres, x, P(ln1.w), A(ln1.mean), A(ln1.rstd),
+                                 m->B * m->T, m->C, 1);
   }
-  /* x2 = LN2(r2), r2 = x1 + FFN(x1): dx1 = dr2 + FFN'(dr2) */
-  CF_TRY(cf_layernorm_backward(m->ctx, dres, G(p->ln2_w), G(p->ln2_b), dx, A(a->res2), P(p->ln2_w), A(a->mean2),
-                               A(a->rstd2), N, C, 0));
-  CF_TRY(branch_grad(m, dres, dropout_key(m, l, DROP_FFN_OUT, pd), &dbranch));
+  cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd), d_att = dropout_key(m, l, DROP_ATT_OUT, pd);
+  /* x2 = LN2(r2), r2 = x1 + FFN(x1): dr2 = LN2'(dx2); dx1 = dr2 + FFN'(dr2) */
+  CF_TRY(residual_norm_backward(m, dres, dx, a->res2, ln2_at(m, l), 0, d_ffn, &dbranch));
   CF_TRY(ffn_backward(m, l, dres, dbranch, A(a->norm1), 1));
-  /* x1 = LN1(r1), r1 = x + Attn(x): dx = dr1 + Attn'(dr1) */
-  CF_TRY(cf_layernorm_backward(m->ctx, dx, G(p->ln1_w), G(p->ln1_b), dres, A(a->res1), P(p->ln1_w), A(a->mean1),
-                               A(a->rstd1), N, C, 0));
-  CF_TRY(branch_grad(m, dx, dropout_key(m, l, DROP_ATT_OUT, pd), &dbranch));
+  /* x1 = LN1(r1), r1 = x + Attn(x): dr1 = LN1'(dx1); dx = dr1 + Attn'(dr1) */
+  CF_TRY(residual_norm_backward(m, dx, dres, a->res1, ln1_at(m, l), 0, d_att, &dbranch));
   return attention_backward(m, l, dx, dbranch, x, 1);
 }
 
@@ -453,12 +497,10 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
                               m->wpe == SIZE_MAX ? no_mask() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
   CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
   for (int l = 0; l < m->L; l++) CF_TRY(block_forward(m, l));
-  cf_mem xf = model_output(m);
-  if (m->lnf_w != SIZE_MAX) {
-    CF_TRY(cf_layernorm_forward(m->ctx, A(m->lnf_out), A(m->lnf_mean), A(m->lnf_rstd), xf, P(m->lnf_w), P(m->lnf_b), N,
-                                C, (float)m->cfg.model.ln_eps));
-    xf = A(m->lnf_out);
-  }
+  cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
+  if (m->lnf_w != SIZE_MAX && !final_norm_in_block(m))
+    CF_TRY(cf_layernorm_forward(m->ctx, A(m->lnf_out), A(m->lnf_mean), A(m->lnf_rstd), model_output(m), P(m->lnf_w),
+                                P(m->lnf_b), N, C, (float)m->cfg.model.ln_eps));
   CF_TRY(linear_forward(m, A(m->logits), xf, m->out_w, SIZE_MAX, C, V));
   m->count = 0;
   if (!targets) return CF_OK;
@@ -477,9 +519,11 @@ cf_status cf_model_backward(cf_model *m) {
                                   (float)m->cfg.model.label_smoothing, -1, 1.0f / (float)m->count));
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
   if (m->lnf_w != SIZE_MAX) {
+    /* d(lnf_out) in s_res; the final LayerNorm's backward here, or in the last block (Pre-LN) */
     CF_TRY(linear_backward(m, S(m->s_res), m->out_w, SIZE_MAX, A(m->logits), xf, C, V, 0));
-    CF_TRY(cf_layernorm_backward(m->ctx, S(m->s_stream), G(m->lnf_w), G(m->lnf_b), S(m->s_res), model_output(m),
-                                 P(m->lnf_w), A(m->lnf_mean), A(m->lnf_rstd), N, C, 0));
+    if (!final_norm_in_block(m))
+      CF_TRY(cf_layernorm_backward(m->ctx, S(m->s_stream), G(m->lnf_w), G(m->lnf_b), S(m->s_res), model_output(m),
+                                   P(m->lnf_w), A(m->lnf_mean), A(m->lnf_rstd), N, C, 0));
   } else {
     CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->logits), xf, C, V, 0));
   }
