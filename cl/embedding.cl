@@ -32,57 +32,119 @@ __kernel void embedding_forward(__global float *out, uint out_off,
 #if CF_DEVICE_IS_CPU
 
 // dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in
-// increasing n, compensated (Kahan) as below. On CPUs one work-item per (128-column chunk j, v)
-// (global (ceil(C / 128), V), local (1, 1)): it scans the tokens itself, 16 at a time, and adds
-// each matching row's 128 columns with 16-float vectors (a whole chunk: constant trip counts, the
-// sums stay in registers); no barriers, no atomics, bit-identical on every run.
+// increasing n, compensated (Kahan: a frequent token, a space in byte-level text, repeats
+// thousands of times per batch, and a plain fp32 running sum then loses ~1e-4 of the result when
+// terms cancel). On CPUs one work-item (a work-group of one) per (128-column chunk j, range of VT
+// token ids r): global (ceil(C / 128), ceil(V / VT)). It first sorts the rows of its token range
+// by token (a counting sort of the N token ids into local memory: `list`, n increasing within a
+// token), then walks each token's rows with the whole chunk's sums in registers (16-float
+// vectors) and adds them into dwte once. dout is read once in all (each row chunk by the one
+// item that owns its token), 512 contiguous bytes at a time; no barriers, no atomics,
+// bit-identical on every run.
 #define EMB_CHUNK 128
-__kernel void embedding_backward_wte(__global float *dwte, uint dwte_off,
-                                     __global const float *dout, uint dout_off,
-                                     __global const int *tokens, uint tokens_off,
-                                     int N, int C, float token_scale) {
-  int c0 = get_global_id(0) * EMB_CHUNK, v = get_global_id(1);
-  if (c0 >= C) return;
-  int nv = min(EMB_CHUNK, C - c0) / 16, cend = min(C, c0 + EMB_CHUNK);  // whole vectors, then a tail
-  float16 acc[EMB_CHUNK / 16], comp[EMB_CHUNK / 16];
-  float tacc[16], tcomp[16];
-  for (int k = 0; k < EMB_CHUNK / 16; k++) acc[k] = comp[k] = (float16)(0.0f);
-  for (int k = 0; k < 16; k++) tacc[k] = tcomp[k] = 0.0f;
+__kernel void embedding_backward_wte_cpu(__global float *dwte, uint dwte_off,
+                                         __global const float *dout, uint dout_off,
+                                         __global const int *tokens, uint tokens_off,
+                                         __local int *list,   // (N): rows, grouped by token
+                                         __local int *start,  // (VT + 2)
+                                         int VT, int N, int C, int V, float token_scale) {
+  int c0 = get_global_id(0) * EMB_CHUNK, v0 = get_global_id(1) * VT;
+  if (c0 >= C || v0 >= V) return;
+  int nv = min(VT, V - v0), nc = min(EMB_CHUNK, C - c0), n16 = nc / 16;
   __global const int *tok = tokens + tokens_off;
-  for (int n0 = 0; n0 < N; n0 += 16) {
-    // 16 tokens at a time: most blocks hold no v at all (a vector compare skips them)
-    if (n0 + 16 <= N && !any(vload16(0, tok + n0) == (int16)(v))) continue;
-    for (int n = n0; n < min(N, n0 + 16); n++) {
-      if (tok[n] != v) continue;
-      __global const float *d = dout + dout_off + (size_t)n * C + c0;
-      if (nv == EMB_CHUNK / 16) {
+  // counting sort: start[k + 1] counts token v0 + k, then its end, then (placing rows from the
+  // last) its beginning; so token k's rows are list[start[k + 1] .. start[k + 2])
+  for (int k = 0; k < nv + 2; k++) start[k] = 0;
+  for (int n = 0; n < N; n++) {
+    int k = tok[n] - v0;
+    if (k >= 0 && k < nv) start[k + 1]++;
+  }
+  for (int k = 0; k < nv; k++) start[k + 1] += start[k];
+  int total = start[nv];
+  for (int n = N - 1; n >= 0; n--) {
+    int k = tok[n] - v0;
+    if (k >= 0 && k < nv) list[--start[k + 1]] = n;
+  }
+  start[nv + 1] = total;
+  __global const float *d0 = dout + dout_off + c0;
+  for (int k = 0; k < nv; k++) {
+    int b = start[k + 1], e = start[k + 2];
+    if (b == e) continue;
+    __global float *w = dwte + dwte_off + (size_t)(v0 + k) * C + c0;
+    if (n16 == EMB_CHUNK / 16) {  // a whole chunk: constant trip counts, the sums stay in registers
+      float16 acc[EMB_CHUNK / 16], comp[EMB_CHUNK / 16];
+      for (int i = 0; i < EMB_CHUNK / 16; i++) acc[i] = comp[i] = (float16)(0.0f);
+      for (int r = b; r < e; r++) {
+        __global const float *d = d0 + (size_t)list[r] * C;
 #pragma unroll
-        for (int k = 0; k < EMB_CHUNK / 16; k++) {
-          float16 y = vload16(k, d) - comp[k], s = acc[k] + y;
-          comp[k] = (s - acc[k]) - y;
-          acc[k] = s;
+        for (int i = 0; i < EMB_CHUNK / 16; i++) {
+          float16 y = vload16(i, d) - comp[i], s = acc[i] + y;
+          comp[i] = (s - acc[i]) - y;
+          acc[i] = s;
         }
-        continue;
       }
-      for (int k = 0; k < nv; k++) {
-        float16 y = vload16(k, d) - comp[k], s = acc[k] + y;
-        comp[k] = (s - acc[k]) - y;
-        acc[k] = s;
+#pragma unroll
+      for (int i = 0; i < EMB_CHUNK / 16; i++) vstore16(vload16(i, w) + token_scale * acc[i], i, w);
+      continue;
+    }
+    for (int i = 0; i < n16; i++) {  // the last chunk of a C that is not a multiple of 128
+      float16 acc = (float16)(0.0f), comp = acc;
+      for (int r = b; r < e; r++) {
+        float16 y = vload16(i, d0 + (size_t)list[r] * C) - comp, s = acc + y;
+        comp = (s - acc) - y;
+        acc = s;
       }
-      for (int c = c0 + 16 * nv; c < cend; c++) {
-        int k = c - c0 - 16 * nv;
-        float y = d[c - c0] - tcomp[k], s = tacc[k] + y;
-        tcomp[k] = (s - tacc[k]) - y;
-        tacc[k] = s;
+      vstore16(vload16(i, w) + token_scale * acc, i, w);
+    }
+    for (int c = 16 * n16; c < nc; c++) {
+      float acc = 0.0f, comp = 0.0f;
+      for (int r = b; r < e; r++) {
+        float y = d0[(size_t)list[r] * C + c] - comp, s = acc + y;
+        comp = (s - acc) - y;
+        acc = s;
       }
+      w[c] += token_scale * acc;
     }
   }
-  __global float *w = dwte + dwte_off + (size_t)v * C + c0;
-  for (int k = 0; k < nv; k++) vstore16(vload16(k, w) + token_scale * acc[k], k, w);
-  for (int c = c0 + 16 * nv; c < cend; c++) w[c - c0] += token_scale * tacc[c - c0 - 16 * nv];
 }
 
-#else  // one work-group per (column tile, v)
+// dwpe[t, c] += sum over b of dout[b, t, c], b in order (the arithmetic of
+// embedding_backward_wpe). On CPUs one work-item per t: 256 columns at a time in 16 vectors.
+__kernel void embedding_backward_wpe_cpu(__global float *dwpe, uint dwpe_off,
+                                         __global const float *dout, uint dout_off,
+                                         int B, int T, int C) {
+  int t = get_global_id(0);
+  if (t >= T) return;
+  __global float *w = dwpe + dwpe_off + (size_t)t * C;
+  __global const float *d0 = dout + dout_off + (size_t)t * C;
+  size_t stride = (size_t)T * C;
+  int c = 0;
+  for (; c + 256 <= C; c += 256) {
+    float16 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = (float16)(0.0f);
+    for (int b = 0; b < B; b++) {
+#pragma unroll
+      for (int i = 0; i < 16; i++) acc[i] += vload16(i, d0 + b * stride + c);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) vstore16(vload16(i, w + c) + acc[i], i, w + c);
+  }
+  for (; c + 16 <= C; c += 16) {
+    float16 acc = (float16)(0.0f);
+    for (int b = 0; b < B; b++) acc += vload16(0, d0 + b * stride + c);
+    vstore16(vload16(0, w + c) + acc, 0, w + c);
+  }
+  for (; c < C; c++) {
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++) acc += d0[b * stride + c];
+    w[c] += acc;
+  }
+}
+
+#endif
+
+// Elsewhere, and on CPUs when the token list would not fit in local memory: one work-group per
+// (column tile, v).
 
 // dwte[v, c] += token_scale * sum of dout[n, c] over the rows n with tokens[n] == v, in
 // increasing n. One work-group per (column tile, v): it walks the tokens CF_WG at a time, finds
@@ -126,8 +188,6 @@ void embedding_backward_wte(__global float *dwte, uint dwte_off,
   }
   if (c < C) dwte[dwte_off + (size_t)v * C + c] += token_scale * acc;
 }
-
-#endif
 
 // dwpe[t, c] += sum over b of dout[b, t, c], b in order. One work-item per (c, t).
 __kernel void embedding_backward_wpe(__global float *dwpe, uint dwpe_off,

@@ -16,6 +16,7 @@
  *   dropout               2n             residual(+dropout)   3n        scale 2n, fill n
  *   adam                  7n (read p, g, m, v; write p, m, v)        global_norm n
  *   embedding_backward    V = 256, learned positions off: read dout (NC) + tokens (N), dwte r/w (2VC)
+ *   embedding_backward_wpe  the same with learned positions: + dwpe r/w (2TC)
  *   crossentropy fwd/bwd  V = C: read logits (NV) + targets, write losses (N) / read logits, write dlogits (2NV)
  *                         + targets (N)
  *   softmax fwd           per (b, h): read the causal half T(T+1)/2, write T*T (and T*T more with dropout)
@@ -187,6 +188,10 @@ static cf_status op_emb_bwd(bench *s) {  /* V = 256 tokens (the targets), dwte i
   return cf_embedding_backward(s->ctx, cf_at(s->c, 0), cf_at(NULL, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->B,
                                s->T, s->C, 256, 1.0f);
 }
+static cf_status op_emb_bwd_learned(bench *s) {  /* as op_emb_bwd, plus dwpe (T, C) in d */
+  return cf_embedding_backward(s->ctx, cf_at(s->c, 0), cf_at(s->d, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->B,
+                               s->T, s->C, 256, 1.0f);
+}
 static cf_status op_global_norm(bench *s) {
   return cf_global_norm(s->ctx, cf_at(s->dw, 0), cf_at(s->a, 0), s->n, cf_at(s->c, 0));
 }
@@ -258,6 +263,7 @@ static const kernel_case cases[] = {
     {"crossentropy_forward", op_ce_fwd, NULL, 1, 1, 0, 2, 0, 0},
     {"crossentropy_backward", op_ce_bwd, NULL, 1, 2, 0, 1, 0, 0},
     {"embedding_backward", op_emb_bwd, NULL, 1, 1, 512, 1, 0, 0},
+    {"embedding_backward_wpe", op_emb_bwd_learned, NULL, 1, 1, 512 + 2 * BENCH_T, 1, 0, 0},
     {"softmax_forward", op_softmax_fwd, NULL, 0, 0, 0, 0, 1, 0},
     {"softmax_forward_dropout", op_softmax_fwd_drop, NULL, 0, 0, 0, 0, 2, 0},
     {"softmax_backward", op_softmax_bwd, op_att_restore, 0, 0, 0, 0, 3, 0},
@@ -419,6 +425,22 @@ static cf_status alloc_bench(bench *s) {
   return fill_random(s->ctx, s->out, btc, -1.0f, 1.0f, 10);
 }
 
+/* `only` is a comma-separated list of substrings ("crossentropy_forward,embedding"): a kernel runs
+ * when its name contains any of them, so kernels can be compared within one run (one copy figure). */
+static int name_selected(const char *name, const char *only) {
+  for (const char *p = only; *p;) {
+    size_t n = strcspn(p, ",");
+    char item[64];
+    if (n > 0 && n < sizeof item) {
+      memcpy(item, p, n);
+      item[n] = '\0';
+      if (strstr(name, item)) return 1;
+    }
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
 static const int bench_cs[] = {256, 512, 1024};
 
 static cf_status bench_all(bench *s) {
@@ -442,7 +464,7 @@ static cf_status bench_all(bench *s) {
   s->NH = BENCH_NH;
   s->B = BENCH_N / BENCH_T;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    if (s->only && !strstr(cases[k].name, s->only)) continue;
+    if (s->only && !name_selected(cases[k].name, s->only)) continue;
     for (size_t ci = 0; ci < sizeof bench_cs / sizeof *bench_cs; ci++) {
       if (!cases[k].per_c && ci > 0) break;
       s->C = bench_cs[ci];

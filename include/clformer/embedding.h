@@ -19,10 +19,14 @@ cf_status cf_embedding_forward(cf_context *ctx, cf_mem out,  // (B, T, C)
 
 /* dwte += token_scale * sum over (b,t) with tokens[b,t] == v of dout[b,t,:] (repeated tokens sum);
  * dwpe += sum over b of dout[b,t,:] for t < T (skipped when dwpe.buf is NULL).
- * Deterministic without atomics: one work-group per (token, column tile) scans the B*T tokens in
- * order, compacting that token's rows in local memory, so each dwte element is a fixed-order sum.
- * Cost: V * ceil(C/CF_WG) * B*T token compares plus one read of dout: trivial at V = 256; at
- * V = 50k and B*T = 8k it is ~1e9 integer compares (tens of ms on a GPU, about a second on a CPU). */
+ * Deterministic without atomics, each dwte element a compensated sum in a fixed order. On CPUs one
+ * work-item per (128 columns, range of token ids) sorts its range's rows by token in local memory
+ * (a counting sort of the B*T ids) and reads each of their dout chunks once: cost one read of dout
+ * plus ceil(C/128) * ranges scans of the ids (ranges ~8 / ceil(C/128), more when a range's arrays
+ * would not fit in half the local memory); dwpe by one work-item per t. Elsewhere (and on a CPU
+ * whose local memory cannot hold B*T ids) one work-group per (token, column tile) scans the B*T
+ * tokens in order: V * ceil(C/CF_WG) * B*T compares plus one read of dout (trivial at V = 256; at
+ * V = 50k and B*T = 8k ~1e9 integer compares, tens of ms on a GPU). */
 cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte,  // (V, C) +=
                                 cf_mem dwpe,                   // (T_max >= T, C) +=, or buf NULL
                                 cf_mem dout,                   // (B, T, C)
