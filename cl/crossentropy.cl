@@ -10,27 +10,69 @@
 // On CPUs one row per work-item (PoCL runs per-row work-groups and barriers slowly), walking the
 // row with 16-float vectors; N items in small groups (the launcher). Same arguments.
 
-// M = max x, S = sum exp(x - M), SX = sum x over a row of V, in a fixed order.
-inline void row_stats1(__global const float *x, int V, float *M, float *S, float *SX) {
-  int V16 = V / 16 * 16;
-  float16 m16 = (float16)(-INFINITY), x16 = (float16)(0.0f);
-  for (int v = 0; v < V16; v += 16) {
-    float16 xv = vload16(0, x + v);
-    m16 = fmax(m16, xv);
-    x16 += xv;
+// M = max x and SX = sum x over a row of V, in a fixed order; four independent vector chains (a
+// single one waits on its own latency every step).
+inline void row_max_sum(__global const float *x, int V, float *M, float *SX) {
+  int V16 = V / 16 * 16, V64 = V / 64 * 64;
+  float16 m0 = (float16)(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  float16 x0 = (float16)(0.0f), x1 = x0, x2 = x0, x3 = x0;
+  for (int v = 0; v < V64; v += 64) {
+    float16 a = vload16(0, x + v), b = vload16(1, x + v), c = vload16(2, x + v), d = vload16(3, x + v);
+    m0 = a > m0 ? a : m0;  // one max instruction (fmax adds NaN handling to every step)
+    m1 = b > m1 ? b : m1;
+    m2 = c > m2 ? c : m2;
+    m3 = d > m3 ? d : m3;
+    x0 += a;
+    x1 += b;
+    x2 += c;
+    x3 += d;
   }
-  float m = cf_hmax16(m16), sx = cf_hsum16(x16);
+  for (int v = V64; v < V16; v += 16) {
+    float16 a = vload16(0, x + v);
+    m0 = a > m0 ? a : m0;
+    x0 += a;
+  }
+  float m = cf_hmax16(fmax(fmax(m0, m1), fmax(m2, m3))), sx = cf_hsum16((x0 + x1) + (x2 + x3));
   for (int v = V16; v < V; v++) {
     m = fmax(m, x[v]);
     sx += x[v];
   }
-  float16 s16 = (float16)(0.0f);
-  for (int v = 0; v < V16; v += 16) s16 += cf_exp16_neg(vload16(0, x + v) - m);
-  float s = cf_hsum16(s16);
-  for (int v = V16; v < V; v++) s += exp(x[v] - m);
   *M = m;
-  *S = s;
   *SX = sx;
+}
+
+// S = sum exp(x - M) over the row, in a fixed order (two vector chains); when e is not NULL it
+// also stores each exp(x[v] - M) to e[v] (e may be x: each element is read before it is written).
+inline float row_exp_sum(__global const float *x, int V, float M, __global float *e) {
+  int V16 = V / 16 * 16, V32 = V / 32 * 32;
+  float16 s0 = (float16)(0.0f), s1 = s0;
+  for (int v = 0; v < V32; v += 32) {
+    float16 a = cf_exp16_neg(vload16(0, x + v) - M), b = cf_exp16_neg(vload16(1, x + v) - M);
+    s0 += a;
+    s1 += b;
+    if (e) {
+      vstore16(a, 0, e + v);
+      vstore16(b, 1, e + v);
+    }
+  }
+  for (int v = V32; v < V16; v += 16) {
+    float16 a = cf_exp16_neg(vload16(0, x + v) - M);
+    s0 += a;
+    if (e) vstore16(a, 0, e + v);
+  }
+  float s = cf_hsum16(s0 + s1);
+  for (int v = V16; v < V; v++) {
+    float a = exp(x[v] - M);
+    s += a;
+    if (e) e[v] = a;
+  }
+  return s;
+}
+
+// M = max x, S = sum exp(x - M), SX = sum x over a row of V, in a fixed order.
+inline void row_stats1(__global const float *x, int V, float *M, float *S, float *SX) {
+  row_max_sum(x, V, M, SX);
+  *S = row_exp_sum(x, V, *M, 0);
 }
 
 // losses[row] = -sum_v q_v log p_v = (1-eps) * (log S - (x_t - M)) + eps * (log S - (mean x - M)).
@@ -92,6 +134,37 @@ __kernel void crossentropy_backward(__global float *dlogits, uint dlogits_off,
   float pt = exp(x[t] - M) * invS;  // before a write can overwrite x[t]
   for (int v = 0; v < V16; v += 16) vstore16(dloss * (cf_exp16_neg(vload16(0, x + v) - M) * invS - qoff), 0, dx + v);
   for (int v = V16; v < V; v++) dx[v] = dloss * (exp(x[v] - M) * invS - qoff);
+  dx[t] = dloss * (pt - (1.0f - eps + qoff));
+}
+
+// The forward and the backward of a row together (the trainer runs both): losses[row] as
+// crossentropy_forward, dlogits[row] as crossentropy_backward, bit for bit, with one exp per
+// element instead of two: the exps go to dx while they are summed, then are scaled in place (from
+// cache). dlogits may be logits.
+__kernel void crossentropy_forward_backward(__global float *losses, uint losses_off,
+                                            __global float *dlogits, uint dlogits_off,
+                                            __global const float *logits, uint logits_off,
+                                            __global const int *targets, uint targets_off,
+                                            int V, float eps, int ignore_index, float dloss, int N) {
+  int row = get_global_id(0);
+  if (row >= N) return;
+  int t = targets[targets_off + row], V16 = V / 16 * 16;
+  __global float *dx = dlogits + dlogits_off + (size_t)row * V;
+  __global const float *x = logits + logits_off + (size_t)row * V;
+  if (!(t != ignore_index && t >= 0 && t < V)) {
+    for (int v = 0; v < V16; v += 16) vstore16((float16)(0.0f), 0, dx + v);
+    for (int v = V16; v < V; v++) dx[v] = 0.0f;
+    losses[losses_off + row] = 0.0f;
+    return;
+  }
+  float M, SX;
+  row_max_sum(x, V, &M, &SX);
+  float xt = x[t], et = exp(xt - M);  // before dx can overwrite x[t]; et as the backward has it
+  float S = row_exp_sum(x, V, M, dx), invS = 1.0f / S, qoff = eps / (float)V, logS = log(S);
+  losses[losses_off + row] = (1.0f - eps) * (logS - (xt - M)) + eps * (logS - (SX / (float)V - M));
+  for (int v = 0; v < V16; v += 16) vstore16(dloss * (vload16(0, dx + v) * invS - qoff), 0, dx + v);
+  for (int v = V16; v < V; v++) dx[v] = dloss * (dx[v] * invS - qoff);
+  float pt = et * invS;  // rounded apart, as the backward has it (no fused multiply-add)
   dx[t] = dloss * (pt - (1.0f - eps + qoff));
 }
 
@@ -208,6 +281,41 @@ void crossentropy_backward(__global float *dlogits, uint dlogits_off,
   __global const float *x = logits + logits_off + (size_t)row * V;
   float M, S, SX;
   row_stats(x, counted ? V : 0, lm, ls, lx, &M, &S, &SX);  // no early return: see crossentropy_forward
+  float invS = 1.0f / S, qoff = eps / (float)V;
+  for (int v = lid; v < V; v += CF_WG) {
+    float p = exp(x[v] - M) * invS;
+    float q = v == t ? 1.0f - eps + qoff : qoff;
+    dx[v] = counted ? dloss * (p - q) : 0.0f;
+  }
+}
+
+// crossentropy_forward and crossentropy_backward of a row in one launch (the trainer runs both),
+// the logits read by one group. Every work-item reads x[t] before row_stats' barriers, so a dx
+// written in place after them cannot change it.
+__kernel __attribute__((reqd_work_group_size(CF_WG, 1, 1)))
+void crossentropy_forward_backward(__global float *losses, uint losses_off,
+                                   __global float *dlogits, uint dlogits_off,
+                                   __global const float *logits, uint logits_off,
+                                   __global const int *targets, uint targets_off,
+                                   int V, float eps, int ignore_index, float dloss, int N) {
+  (void)N;
+  __local float lm[CF_WG], ls[CF_WG], lx[CF_WG];
+  int row = get_group_id(0), lid = get_local_id(0);
+  int t = targets[targets_off + row];
+  int counted = t != ignore_index && t >= 0 && t < V;
+  __global float *dx = dlogits + dlogits_off + (size_t)row * V;
+  __global const float *x = logits + logits_off + (size_t)row * V;
+  float xt = counted ? x[t] : 0.0f;
+  float M, S, SX;
+  row_stats(x, counted ? V : 0, lm, ls, lx, &M, &S, &SX);  // no early return: see crossentropy_forward
+  if (lid == 0) {
+    float l = 0.0f;
+    if (counted) {
+      float logS = log(S);
+      l = (1.0f - eps) * (logS - (xt - M)) + eps * (logS - (SX / (float)V - M));
+    }
+    losses[losses_off + row] = l;
+  }
   float invS = 1.0f / S, qoff = eps / (float)V;
   for (int v = lid; v < V; v += CF_WG) {
     float p = exp(x[v] - M) * invS;

@@ -19,6 +19,7 @@
  *   embedding_backward_wpe  the same with learned positions: + dwpe r/w (2TC)
  *   crossentropy fwd/bwd  V = C: read logits (NV) + targets, write losses (N) / read logits, write dlogits (2NV)
  *                         + targets (N)
+ *   crossentropy_fwd_bwd  both in one launch: read logits (NV) + targets, write dlogits (NV) + losses (N)
  *   softmax fwd           per (b, h): read the causal half T(T+1)/2, write T*T (and T*T more with dropout)
  *   softmax bwd           per (b, h): read datt and att's causal halves T(T+1), write T*T
  *   attention fwd / bwd   GFLOP/s counting the batched GEMMs in full: 4*B*T*T*C / 8*B*T*T*C (+ GB/s of
@@ -184,6 +185,10 @@ static cf_status op_ce_bwd(bench *s) {
   return cf_crossentropy_backward(s->ctx, cf_at(s->b, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->N, s->C, 0.1f, -1,
                                   1.0f / s->N);
 }
+static cf_status op_ce_fused(bench *s) {
+  return cf_crossentropy_forward_backward(s->ctx, cf_at(s->dw, 0), cf_at(s->mean, 0), cf_at(s->b, 0), cf_at(s->a, 0),
+                                          cf_at(s->targets, 0), s->N, s->C, 0.1f, -1, 1.0f / s->N);
+}
 static cf_status op_emb_bwd(bench *s) {  /* V = 256 tokens (the targets), dwte in c, sinusoidal positions */
   return cf_embedding_backward(s->ctx, cf_at(s->c, 0), cf_at(NULL, 0), cf_at(s->a, 0), cf_at(s->targets, 0), s->B,
                                s->T, s->C, 256, 1.0f);
@@ -262,6 +267,7 @@ static const kernel_case cases[] = {
     {"global_norm", op_global_norm, NULL, 1, 1, 0, 0, 0, 0},
     {"crossentropy_forward", op_ce_fwd, NULL, 1, 1, 0, 2, 0, 0},
     {"crossentropy_backward", op_ce_bwd, NULL, 1, 2, 0, 1, 0, 0},
+    {"crossentropy_fwd_bwd", op_ce_fused, NULL, 1, 2, 0, 2, 0, 0},
     {"embedding_backward", op_emb_bwd, NULL, 1, 1, 512, 1, 0, 0},
     {"embedding_backward_wpe", op_emb_bwd_learned, NULL, 1, 1, 512 + 2 * BENCH_T, 1, 0, 0},
     {"softmax_forward", op_softmax_fwd, NULL, 0, 0, 0, 0, 1, 0},

@@ -20,10 +20,24 @@ static cf_status check_args(int N, int V, float smoothing) {
   return CF_OK;
 }
 
+/* loss[0] = mean of the counted rows' losses: one work-group (one work-item on CPUs). */
+static cf_status launch_mean(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem targets, int N, int V,
+                             int ignore_index) {
+  size_t wg = is_cpu(ctx) ? 1 : cf_context_wg(ctx);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
+  cf_arg_mem(&L, loss);
+  cf_arg_mem(&L, losses);
+  cf_arg_mem(&L, targets);
+  cf_arg_int(&L, N);
+  cf_arg_int(&L, V);
+  cf_arg_int(&L, ignore_index);
+  return cf_launch_run(&L, 1, &wg, &wg);
+}
+
 cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem logits, cf_mem targets, int N,
                                   int V, float smoothing, int ignore_index) {
   CF_TRY(check_args(N, V, smoothing));
-  size_t wg = cf_context_wg(ctx);
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_forward");
   cf_arg_mem(&L, losses);
@@ -36,15 +50,28 @@ cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, c
   size_t global, local;
   row_grid(ctx, N, &global, &local);
   CF_TRY(cf_launch_run(&L, 1, &global, &local));
-  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
-  cf_arg_mem(&L, loss);
+  return launch_mean(ctx, loss, losses, targets, N, V, ignore_index);
+}
+
+cf_status cf_crossentropy_forward_backward(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem dlogits, cf_mem logits,
+                                           cf_mem targets, int N, int V, float smoothing, int ignore_index,
+                                           float dloss) {
+  CF_TRY(check_args(N, V, smoothing));
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_forward_backward");
   cf_arg_mem(&L, losses);
+  cf_arg_mem(&L, dlogits);
+  cf_arg_mem(&L, logits);
   cf_arg_mem(&L, targets);
-  cf_arg_int(&L, N);
   cf_arg_int(&L, V);
+  cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);
-  if (is_cpu(ctx)) wg = 1;
-  return cf_launch_run(&L, 1, &wg, &wg);
+  cf_arg_float(&L, dloss);
+  cf_arg_int(&L, N);
+  size_t global, local;
+  row_grid(ctx, N, &global, &local);
+  CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  return launch_mean(ctx, loss, losses, targets, N, V, ignore_index);
 }
 
 cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits, cf_mem logits, cf_mem targets, int N, int V,

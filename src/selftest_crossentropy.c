@@ -1,6 +1,6 @@
 /* Cross-entropy self-test: one small random case (N 7, V 37, label smoothing 0.1, one ignored
- * row) of the forward (per-row losses and the mean) and the backward, against the double
- * references. All tensors share one buffer. */
+ * row) of the forward (per-row losses and the mean), the backward and the two in one launch,
+ * against the double references. All tensors share one buffer. */
 #include <stdlib.h>
 #include "clformer/buffer.h"
 #include "clformer/crossentropy.h"
@@ -9,7 +9,7 @@
 
 enum { N = 7, V = 37, IGNORE = -100 };
 enum { TGT = 0, LOGITS = TGT + N, LOSSES = LOGITS + N * V, LOSS = LOSSES + N, DLOGITS = LOSS + 1,
-       TOTAL = DLOGITS + N * V };
+       FLOSSES = DLOGITS + N * V, FLOSS = FLOSSES + N, FDLOGITS = FLOSS + 1, TOTAL = FDLOGITS + N * V };
 
 cf_status cf_selftest_crossentropy(cf_context *ctx, cf_selftest *t) {
   float *h = malloc(TOTAL * sizeof *h);
@@ -37,11 +37,19 @@ cf_status cf_selftest_crossentropy(cf_context *ctx, cf_selftest *t) {
       (st = cf_read(ctx, cf_at(d, DLOGITS), h + DLOGITS, N * V)))
     goto done;
   double t2 = cf_now();
+  if ((st = cf_crossentropy_forward_backward(ctx, cf_at(d, FLOSS), cf_at(d, FLOSSES), cf_at(d, FDLOGITS),
+                                             cf_at(d, LOGITS), cf_at(d, TGT), N, V, eps, IGNORE, 1.0f / count)) ||
+      (st = cf_read(ctx, cf_at(d, FLOSSES), h + FLOSSES, N + 1 + N * V)))
+    goto done;
+  double t3 = cf_now();
 
   ref_crossentropy_forward(ref + LOSS, ref + LOSSES, h + LOGITS, tgt, N, V, eps, IGNORE);
   ref_crossentropy_backward(ref + DLOGITS, h + LOGITS, tgt, N, V, eps, IGNORE, 1.0 / count);
   cf_selftest_check(t, "crossentropy_forward", h + LOSSES, ref + LOSSES, N + 1, 1e-5, 1e-4, 1e3 * (t1 - t0));
   cf_selftest_check(t, "crossentropy_backward", h + DLOGITS, ref + DLOGITS, N * V, 1e-5, 1e-4, 1e3 * (t2 - t1));
+  for (int i = 0; i < N + 1 + N * V; i++) ref[FLOSSES + i] = ref[LOSSES + i];  /* the same references */
+  cf_selftest_check(t, "crossentropy_forward_backward", h + FLOSSES, ref + FLOSSES, N + 1 + N * V, 1e-5, 1e-4,
+                    1e3 * (t3 - t2));
 done:
   cf_buffer_free(d);
   free(h);

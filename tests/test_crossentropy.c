@@ -1,6 +1,7 @@
 /* Fused softmax cross-entropy with label smoothing and an ignore index: forward (per-row losses
  * and the device-reduced mean) and backward against the double references, backward against
- * central differences of the reference loss, in-place backward, determinism. */
+ * central differences of the reference loss, in-place backward, determinism; the fused forward +
+ * backward against the same references and (on CPUs) the separate launches' bits. */
 #include <math.h>
 #include <string.h>
 #include "clformer/crossentropy.h"
@@ -86,6 +87,39 @@ static void run_case(cf_context *ctx, int N, int V, float eps, int ignore, float
   TEST_OK(cf_crossentropy_backward(ctx, cf_at(bl, 0), cf_at(bl, 0), cf_at(bt, 0), N, V, eps, IGNORE, dloss));
   float *d3 = test_read(ctx, cf_at(bl, 0), NV);
   TEST_ASSERT(!memcmp(d, d3, NV * sizeof(float)), "crossentropy_backward N=%d V=%d in place differs", N, V);
+
+  /* forward and backward in one launch: the references' tolerance, and on CPUs the separate
+   * launches' bits; into a separate buffer, then in place (bl holds d3 now: restore the logits) */
+  int cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  for (int inplace = 0; inplace < 2; inplace++) {
+    TEST_OK(cf_write(ctx, cf_at(bl, 0), logits, NV));
+    cl_mem dst = inplace ? bl : bd;
+    if (!inplace) test_poison(ctx, cf_at(bd, 0), NV);
+    test_poison(ctx, cf_at(blosses, 0), (size_t)N);
+    test_poison(ctx, cf_at(bloss, 0), 1);
+    TEST_OK(cf_crossentropy_forward_backward(ctx, cf_at(bloss, 0), cf_at(blosses, 0), cf_at(dst, 0), cf_at(bl, 0),
+                                             cf_at(bt, 0), N, V, eps, IGNORE, dloss));
+    float *fl = test_read(ctx, cf_at(blosses, 0), (size_t)N), *fm = test_read(ctx, cf_at(bloss, 0), 1);
+    float *fd = test_read(ctx, cf_at(dst, 0), NV);
+    snprintf(what, sizeof what, "crossentropy_forward_backward N=%d V=%d eps=%.1f%s losses", N, V, eps,
+             inplace ? " in place" : "");
+    test_compare(what, fl, rlosses, (size_t)N, ATOL, RTOL);
+    snprintf(what, sizeof what, "crossentropy_forward_backward N=%d V=%d eps=%.1f%s mean", N, V, eps,
+             inplace ? " in place" : "");
+    test_compare(what, fm, &rloss, 1, ATOL, RTOL);
+    snprintf(what, sizeof what, "crossentropy_forward_backward N=%d V=%d eps=%.1f%s dlogits", N, V, eps,
+             inplace ? " in place" : "");
+    test_compare(what, fd, rd, NV, ATOL, RTOL);
+    if (cpu) {
+      TEST_ASSERT(!memcmp(fl, losses, (size_t)N * sizeof(float)) && !memcmp(fm, loss, sizeof(float)),
+                  "crossentropy_forward_backward N=%d V=%d%s: losses differ from the forward's", N, V,
+                  inplace ? " in place" : "");
+      TEST_ASSERT(!memcmp(fd, d, NV * sizeof(float)),
+                  "crossentropy_forward_backward N=%d V=%d%s: dlogits differ from the backward's", N, V,
+                  inplace ? " in place" : "");
+    }
+    free(fl), free(fm), free(fd);
+  }
 
   free(logits), free(targets), free(losses), free(loss), free(losses2), free(loss2), free(rlosses);
   free(d), free(d2), free(d3), free(rd);

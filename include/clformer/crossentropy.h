@@ -26,6 +26,16 @@ cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits,  // (N, V), 
                                    cf_mem targets,                   // int (N)
                                    int N, int V, float smoothing, int ignore_index, float dloss);
 
+/* Both of the above in one pass over the logits, for a training step (which needs both): loss and
+ * losses as cf_crossentropy_forward, dlogits as cf_crossentropy_backward, bit for bit on CPUs
+ * (one exp per logit instead of two, the logits read once). dlogits may be logits (in place). */
+cf_status cf_crossentropy_forward_backward(cf_context *ctx, cf_mem loss,  // (1)
+                                           cf_mem losses,                 // (N)
+                                           cf_mem dlogits,                // (N, V), may alias logits
+                                           cf_mem logits,                 // (N, V)
+                                           cf_mem targets,                // int (N)
+                                           int N, int V, float smoothing, int ignore_index, float dloss);
+
 /* Number of rows with targets[n] != ignore_index. */
 int cf_crossentropy_count(const int *targets, int N, int ignore_index);
 
