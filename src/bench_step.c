@@ -366,9 +366,9 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   else {
     fprintf(out, "\nper operation (OpenCL profiling events, mean of %d steps; device time %.2f ms of a %.2f ms step):\n",
             psteps, dev, prof_wall * 1e3);
-    fprintf(out, "  %-32s %8s %10s %7s\n", "kernel", "calls", "ms/step", "share");
+    fprintf(out, "  %-38s %8s %10s %7s\n", "kernel", "calls", "ms/step", "share");
     for (int i = 0; i < nops; i++)
-      fprintf(out, "  %-32s %8.0f %10.3f %6.1f%%\n", ops[i].name, (double)ops[i].calls / psteps, ops[i].ms,
+      fprintf(out, "  %-38s %8.0f %10.3f %6.1f%%\n", ops[i].name, (double)ops[i].calls / psteps, ops[i].ms,
               100 * ops[i].ms / dev);
     fprintf(out, "  GEMM total %.2f ms (%.1f%%), everything else %.2f ms (%.1f%%)\n", gemm_ms, 100 * gemm_ms / dev,
             dev - gemm_ms, 100 * (dev - gemm_ms) / dev);

@@ -52,10 +52,10 @@ int cf_selftest_failures(const cf_selftest *t) {
 }
 
 void cf_selftest_print(const cf_selftest *t, FILE *f) {
-  fprintf(f, "%-30s %11s %11s %11s %6s %9s\n", "op", "max error", "atol", "rtol", "", "time");
+  fprintf(f, "%-38s %11s %11s %11s %6s %9s\n", "op", "max error", "atol", "rtol", "", "time");
   for (int i = 0; i < t->n; i++) {
     const cf_selftest_row *r = &t->rows[i];
-    fprintf(f, "%-30s %11.3g %11.3g %11.3g %6s %7.2f ms\n", r->op, r->max_err, r->atol, r->rtol, r->pass ? "pass" : "FAIL",
+    fprintf(f, "%-38s %11.3g %11.3g %11.3g %6s %7.2f ms\n", r->op, r->max_err, r->atol, r->rtol, r->pass ? "pass" : "FAIL",
             r->ms);
   }
 }
