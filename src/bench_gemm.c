@@ -23,8 +23,12 @@
  * longer than the gap between the calls of one sample) through OPENBLAS_THREAD_TIMEOUT, unless
  * the caller set it. Batched shapes call cblas_sgemm once per matrix.
  *
+ * CLBlast runs with whatever `clformer tune` stored for the device (every tuned parameter applied,
+ * as in training); the header says which, and the JSON's "clblast_tuning" ({"applied", "file"}, or
+ * null when untuned) records it.
+ *
  * JSON (the value of the caller's "gemm" key): {"device", "peak_gflops", "openblas": {"core",
- * "threads"} or null, "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
+ * "threads"} or null, "clblast_tuning", "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
  * "clblast"|"own"|"openblas": {"median", "min", "max"} (GFLOP/s; openblas null when absent),
  * "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
  * "own_vs_clblast", "own_vs_openblas"}} (medians over the shapes). */
@@ -255,10 +259,15 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
           d->platform_name, peak);
   if (vs_blas && !have_blas) fprintf(out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
   if (have_blas) fprintf(out, "OpenBLAS: core %s, %d threads (on the host)\n", bl.core, bl.threads);
+  char tuning[512], tpath[4200] = "";
+  int tuned = cf_gemm_tune_summary(ctx, tuning, sizeof tuning);
+  if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
+  if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
+  else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
   fprintf(out, "timing: wall-clock around runs of calls between clFinish; GFLOP/s median [min-max] of %d samples\n\n",
           BENCH_GEMM_REPEAT);
-  fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat", "clblast GFLOP/s",
-          "own GFLOP/s", "own/clb");
+  fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
+          tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
   if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
   fprintf(out, "\n");
   if (json) {
@@ -270,6 +279,13 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
     json_num(json, "peak_gflops", peak);
     if (have_blas) fprintf(json, ",\n    \"openblas\": {\"core\": \"%s\", \"threads\": %d}", bl.core, bl.threads);
     else fprintf(json, ",\n    \"openblas\": null");
+    if (tuned) {  /* the kernel names, numbers and '=' need no escaping; the path might */
+      fprintf(json, ",\n    \"clblast_tuning\": {\"applied\": \"%s\", \"file\": \"", tuning);
+      for (const char *c = tpath; *c; c++)
+        if (*c == '"' || *c == '\\') fprintf(json, "\\%c", *c);
+        else if ((unsigned char)*c >= 0x20) fputc(*c, json);
+      fprintf(json, "\"}");
+    } else fprintf(json, ",\n    \"clblast_tuning\": null");
     fprintf(json, ",\n    \"repeat\": %d,\n    \"shapes\": [", BENCH_GEMM_REPEAT);
   }
 
@@ -336,8 +352,9 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
   if (st == CF_OK) {
     double m[NIMPL], mr_clb = median_of(ratio_clb, nsh), mr_blas = have_blas ? median_of(ratio_blas, nsh) : NAN;
     for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? median_of(med[impl], nsh) : NAN;
-    fprintf(out, "\nmedian over %d shapes: clblast %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/clblast %.2fx", nsh,
-            m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak, mr_clb);
+    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/%s %.2fx", nsh,
+            tuned ? "tuned clblast" : "untuned clblast", m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
+            tuned ? "tuned clblast" : "untuned clblast", mr_clb);
     if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, own/openblas %.2fx", m[IMPL_BLAS], mr_blas);
     fprintf(out, "\n");
     if (json) {

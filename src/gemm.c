@@ -40,6 +40,10 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
 /* `clformer tune` stores, per device and driver, a text file in the cache directory:
  *   # comment lines
  *   clblast KERNEL NAME=VALUE ...        CLBlast parameters, applied with CLBlastOverrideParameters
+ *                                        (tune writes Xgemm, XgemmDirect, the helper kernels Padtranspose,
+ *                                        Transpose, Pad, Copy, and GemmRoutine XGEMM_MIN_INDIRECT_SIZE=S:
+ *                                        CLBlast's direct kernel for M*N*K < S^3; a line CLBlast refuses
+ *                                        is reported and skipped)
  *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
  *                                        IMPL own|clblast, the measured GFLOP/s of both)
  * The file is read on a context's first GEMM; CLFORMER_TUNE=off ignores it. A shape without a
@@ -54,6 +58,8 @@ typedef struct tune_choice {
 static struct tune_slot {
   cl_device_id device;
   char driver[256];
+  int loaded;            /* a tuning file was read */
+  char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
   int nchoices;
   tune_choice choices[TUNE_MAX_CHOICES];
 } tune_slots[TUNE_SLOTS];
@@ -70,7 +76,7 @@ int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
   return 1;
 }
 
-static void apply_clblast_line(cl_device_id dev, char *line) {
+static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *line) {
   char *save = NULL, *kernel = strtok_r(line, " \t\n", &save);
   const char *names[32];
   size_t values[32], k = 0;
@@ -83,8 +89,15 @@ static void apply_clblast_line(cl_device_id dev, char *line) {
   }
   if (!kernel || !k) return;
   CLBlastStatusCode st = CLBlastOverrideParameters(dev, kernel, CLBlastPrecisionSingle, k, names, values);
-  if (st != CLBlastSuccess) cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", kernel, (int)st);
-  else cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+  if (st != CLBlastSuccess) {
+    cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", kernel, (int)st);
+    return;
+  }
+  cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+  size_t len = strlen(slot->applied);
+  if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
+    snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
+  else snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s", len ? ", " : "", kernel);
 }
 
 /* The slot for this context's device, loading its file on first use (tune_lock held). */
@@ -107,9 +120,10 @@ static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   if ((off && (!strcmp(off, "off") || !strcmp(off, "0"))) || !cf_gemm_tune_path(ctx, path, sizeof path)) return s;
   FILE *f = fopen(path, "r");
   if (!f) return s;
+  s->loaded = 1;
   char line[2048];
   while (fgets(line, sizeof line, f)) {
-    if (!strncmp(line, "clblast ", 8)) apply_clblast_line(ctx->info.device, line + 8);
+    if (!strncmp(line, "clblast ", 8)) apply_clblast_line(s, ctx->info.device, line + 8);
     else if (!strncmp(line, "choice ", 7) && s->nchoices < TUNE_MAX_CHOICES) {
       char op[3], impl[16];
       tune_choice c;
@@ -129,6 +143,15 @@ void cf_gemm_tune_reload(cf_context *ctx) {
   pthread_mutex_lock(&tune_lock);
   tune_get(ctx, 1);
   pthread_mutex_unlock(&tune_lock);
+}
+
+int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n) {
+  pthread_mutex_lock(&tune_lock);
+  struct tune_slot *s = tune_get(ctx, 0);
+  int r = s->loaded && s->applied[0];
+  snprintf(buf, n, "%s", r ? s->applied : "");
+  pthread_mutex_unlock(&tune_lock);
+  return r;
 }
 
 /* The measured choice for this shape, or CF_GEMM_AUTO when there is none. */

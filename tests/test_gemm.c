@@ -5,7 +5,9 @@
  * implementation by $CLFORMER_GEMM, and run-to-run bit equality. Relative error in the
  * Frobenius norm below 1e-5. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "testutil.h"
 
 static double rel_fro(const float *out, const double *ref, size_t n, int *nonfinite) {
@@ -159,6 +161,50 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
 }
 
+/* CLBlast under tuned parameters as `clformer tune` writes them (here hand-picked, unlike the
+ * defaults: local-memory Xgemm tiles, every helper kernel retuned): once with the indirect kernel
+ * for every product (pad/transpose helpers around Xgemm), once with the direct kernel for all. */
+static void check_tuned(cf_context *ctx, test_rng *r) {
+  char dir[] = "/tmp/clformer-test-tune-XXXXXX", path[4200], summary[512];
+  TEST_ASSERT(mkdtemp(dir) != NULL, "mkdtemp failed");
+  const char *old = getenv("CLFORMER_CACHE_DIR");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("CLFORMER_CACHE_DIR", dir, 1);
+  unsetenv("CLFORMER_TUNE");
+  TEST_ASSERT(cf_gemm_tune_path(ctx, path, sizeof path), "no tuning file path");
+  const char *common =
+      "# test\n"
+      "clblast Xgemm GEMMK=0 KREG=1 KWG=16 KWI=2 MDIMA=8 MDIMC=8 MWG=32 NDIMB=8 NDIMC=8 NWG=32 SA=1 SB=1 STRM=1 STRN=0 "
+      "VWM=2 VWN=2\n"
+      "clblast XgemmDirect KWID=2 MDIMAD=8 MDIMCD=8 NDIMBD=8 NDIMCD=8 PADA=1 PADB=0 VWMD=2 VWND=2 WGD=16\n"
+      "clblast Padtranspose PADTRA_PAD=1 PADTRA_TILE=8 PADTRA_WPT=2\n"
+      "clblast Transpose TRA_DIM=8 TRA_PAD=1 TRA_SHUFFLE=0 TRA_WPT=2\n"
+      "clblast Pad PAD_DIMX=16 PAD_DIMY=8 PAD_WPTX=2 PAD_WPTY=1\n"
+      "clblast Copy COPY_DIMX=16 COPY_DIMY=8 COPY_VW=2 COPY_WPT=2\n";
+  const size_t sizes[2] = {1, 100000};  /* XGEMM_MIN_INDIRECT_SIZE: all indirect, all direct */
+  for (int i = 0; i < 2; i++) {
+    FILE *f = fopen(path, "w");
+    TEST_ASSERT(f != NULL, "cannot write %s", path);
+    if (!f) break;
+    fprintf(f, "%sclblast GemmRoutine XGEMM_MIN_INDIRECT_SIZE=%zu\n", common, sizes[i]);
+    fclose(f);
+    cf_gemm_tune_reload(ctx);
+    TEST_ASSERT(cf_gemm_tune_summary(ctx, summary, sizeof summary), "tuning file not applied");
+    const char *want[] = {"Xgemm", "XgemmDirect", "Padtranspose", "Transpose", "Pad", "Copy", "XGEMM_MIN_INDIRECT_SIZE="};
+    for (size_t w = 0; w < sizeof want / sizeof *want; w++)
+      TEST_ASSERT(strstr(summary, want[w]) != NULL, "%s not applied (applied: %s)", want[w], summary);
+    int before = ncases;
+    run_all(ctx, CF_GEMM_CLBLAST, r);
+    printf("tuned CLBlast, XGEMM_MIN_INDIRECT_SIZE=%zu: %d cases (%s)\n", sizes[i], ncases - before, summary);
+  }
+  unlink(path);
+  rmdir(dir);
+  if (saved) setenv("CLFORMER_CACHE_DIR", saved, 1);
+  else unsetenv("CLFORMER_CACHE_DIR");
+  free(saved);
+  cf_gemm_tune_reload(ctx);  /* CLBlast keeps the last parameters for this process; the table is reread */
+}
+
 int main(void) {
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(42);
@@ -166,6 +212,7 @@ int main(void) {
   run_all(ctx, CF_GEMM_CLBLAST, &r);
   run_all(ctx, CF_GEMM_OWN, &r);
   check_deterministic(ctx, &r);
+  check_tuned(ctx, &r);
   printf("%d cases\n", ncases);
   cf_gemm_scratch_free(ctx);
   cf_context_free(ctx);

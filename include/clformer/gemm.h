@@ -55,6 +55,9 @@ void cf_gemm_scratch_free(cf_context *ctx);
 int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
 /* Read the file again (after tuning wrote it). */
 void cf_gemm_tune_reload(cf_context *ctx);
+/* Whether tuned CLBlast parameters are in force on this context (reading the file if not done
+ * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */
+int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n);
 
 /* Double-precision reference on the host, same conventions (C in double, updated in place). */
 void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,
