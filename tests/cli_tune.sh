@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A tuning file written by `clformer tune` is applied by later runs: a per-shape choice of CLBlast
 # for the model's shapes shows up as CLBlast kernels in the step's profile, CLFORMER_TUNE=off
-# ignores it, and a malformed file is reported without breaking the run.
+# ignores it, tuned parameters of every CLBlast kernel (GEMM and helpers) and the direct/indirect
+# switch reach CLBlast, `bench gemm` says CLBlast runs tuned, malformed lines are reported without
+# breaking the run, and a short `tune` (no CLBlast tuners) measures and writes the switch itself.
 set -u
 bin=$1
 fail=0
@@ -30,4 +32,47 @@ out=$(CLFORMER_TUNE=off profile)
 echo "choice garbage" >> "$path"
 out=$(profile); rc=$?
 [[ $rc -eq 0 ]] && ok "a malformed line does not break a run" || bad "malformed file: rc=$rc $out"
+# tuned parameters for CLBlast's GEMM kernels, its helper kernels and its direct/indirect switch
+cat >> "$path" <<'EOF2'
+clblast Xgemm GEMMK=0 KREG=1 KWG=16 KWI=2 MDIMA=8 MDIMC=8 MWG=32 NDIMB=8 NDIMC=8 NWG=32 SA=1 SB=1 STRM=0 STRN=0 VWM=2 VWN=2
+clblast XgemmDirect KWID=2 MDIMAD=8 MDIMCD=8 NDIMBD=8 NDIMCD=8 PADA=1 PADB=1 VWMD=2 VWND=2 WGD=16
+clblast Padtranspose PADTRA_PAD=1 PADTRA_TILE=8 PADTRA_WPT=2
+clblast Transpose TRA_DIM=8 TRA_PAD=1 TRA_SHUFFLE=0 TRA_WPT=2
+clblast Pad PAD_DIMX=16 PAD_DIMY=8 PAD_WPTX=2 PAD_WPTY=1
+clblast Copy COPY_DIMX=16 COPY_DIMY=8 COPY_VW=2 COPY_WPT=2
+clblast GemmRoutine XGEMM_MIN_INDIRECT_SIZE=1
+EOF2
+out=$(CLFORMER_VERBOSE=2 profile); rc=$?
+missing=""
+for k in Xgemm XgemmDirect Padtranspose Transpose Pad Copy GemmRoutine; do
+  grep -q "tuned CLBlast parameters for $k applied" <<<"$out" || missing+=" $k"; done
+[[ $rc -eq 0 && -z "$missing" ]] && ok "tuned parameters of every CLBlast kernel and the switch are applied" \
+  || bad "tuned CLBlast parameters not applied:$missing (rc=$rc) $(grep -i clblast <<<"$out" | head -5)"
+gemm_args=(--set model.layers=1 --set model.d_model=32 --set model.heads=2 --set model.d_ff=64 --set data.seq_len=16
+           --set data.batch_size=4)
+out=$("$bin" bench gemm "${gemm_args[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 ]] && grep -q "CLBlast: tuned.*Padtranspose.*XGEMM_MIN_INDIRECT_SIZE=1" <<<"$out" \
+  && grep -q "median over .* shapes: tuned clblast" <<<"$out" && ok "bench gemm compares with tuned CLBlast" \
+  || bad "bench gemm: rc=$rc $(head -8 <<<"$out")"
+out=$(CLFORMER_TUNE=off "$bin" bench gemm "${gemm_args[@]}" 2>&1)
+grep -q "CLBlast: untuned defaults" <<<"$out" && ok "bench gemm says when CLBlast is untuned" \
+  || bad "bench gemm untuned: $(head -6 <<<"$out")"
+# lines CLBlast refuses (missing, unknown or misspelled parameters, an unknown kernel) are notes, not failures
+cat >> "$path" <<'EOF2'
+clblast Padtranspose PADTRA_TILE=8
+clblast Nonsense FOO=1 BAR=2
+clblast Copy COPY_DIMX=16 COPY_DIMY=8 COPY_VW=2 COPY_WPTT=2
+clblast Xgemm
+clblast
+EOF2
+out=$(CLFORMER_GEMM=clblast profile); rc=$?
+[[ $rc -eq 0 ]] && grep -q "not applied" <<<"$out" && ok "refused CLBlast lines are reported and the run goes on" \
+  || bad "refused CLBlast lines: rc=$rc $(grep -i 'clblast\|error' <<<"$out" | head -5)"
+# a short tune without CLBlast's tuners still measures direct vs indirect and writes the switch
+export CLFORMER_CACHE_DIR="$tmp/cache2"
+out=$("$bin" tune --no-clblast-tuners --budget 10 "${gemm_args[@]}" 2>&1); rc=$?
+path2=$(sed -n 's/.*results: \(.*gemm-tune-[0-9a-f]*\.txt\).*/\1/p' <<<"$out")
+[[ $rc -eq 0 && -f "$path2" ]] && grep -q "^clblast GemmRoutine XGEMM_MIN_INDIRECT_SIZE=[0-9]" "$path2" \
+  && grep -q "^choice " "$path2" && ok "tune writes the measured direct/indirect switch and per-shape choices" \
+  || bad "tune: rc=$rc $(tail -5 <<<"$out") $(cat "$path2" 2>/dev/null)"
 exit $fail

@@ -39,11 +39,13 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
 /* Floating-point operations of one training step's matrix products (the formula in bench_step.c). */
 double cf_bench_step_flops(const cf_config *cfg);
 
-/* `clformer tune` (src/tune.c): CLBlast's tuners, then ours vs CLBlast per model GEMM shape; the
- * results go to cf_gemm_tune_path's file, which every later run's GEMM layer applies. */
+/* `clformer tune` (src/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels around
+ * them), then per model GEMM shape ours vs CLBlast's direct and indirect kernels, which also set
+ * CLBlast's direct/indirect switch; the results go to cf_gemm_tune_path's file, which every later
+ * run's GEMM layer applies. */
 typedef struct cf_tune_options {
   double budget_s;           /* wall-clock budget of the whole run (default 840 s) */
-  double fraction;           /* share of each CLBlast tuner's search space tried (default 0.005) */
+  double fraction;           /* share of the CLBlast GEMM tuners' search space tried (default 0.005) */
   int skip_clblast_tuners;   /* only the per-shape comparison */
 } cf_tune_options;
 cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_options *opts);
