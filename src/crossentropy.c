@@ -4,7 +4,7 @@
 
 /* On CPUs the row kernels take one row per work-item (cl/crossentropy.cl): N items in groups of
  * 8, and the mean one item; else one work-group of CF_WG per row. */
-static int is_cpu(const cf_context *ctx) { return (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0; }
+static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
 static void row_grid(cf_context *ctx, int N, size_t *global, size_t *local) {
   *local = is_cpu(ctx) ? 32 : cf_context_wg(ctx);

@@ -74,7 +74,7 @@ static size_t cpu_range(const cf_context *ctx, int N, int C, int V) {
 cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_mem dout, cf_mem tokens, int B, int T,
                                 int C, int V, float token_scale) {
   CF_TRY(check_dims(B, T, C, V));
-  size_t VT = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? cpu_range(ctx, B * T, C, V) : 0;
+  size_t VT = cf_context_cpu_shapes(ctx) ? cpu_range(ctx, B * T, C, V) : 0;
   if (VT) return backward_cpu(ctx, dwte, dwpe, dout, tokens, B, T, C, V, token_scale, VT);
   cf_launch L;
   size_t wg = cf_context_wg(ctx);

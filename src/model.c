@@ -45,7 +45,7 @@ struct cf_model {
   size_t wte, wpe, lnf_w, lnf_b, out_w;  /* wpe/lnf unused (SIZE_MAX) when absent; out_w == wte when tied */
   cl_mem acts;
   layer_acts *la;
-  size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, losses, loss, grad_norm;
+  size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, dlogits, losses, loss, grad_norm;
   cl_mem tokens, targets;  /* int (B, T) */
   /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
    * per step) and a slot is reused only after its previous write has completed. */
@@ -141,6 +141,7 @@ static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
   m->lnf_mean = take(acts, N);
   m->lnf_rstd = take(acts, N);
   m->logits = take(acts, N * (size_t)m->V);
+  m->dlogits = take(acts, N * (size_t)m->V);
   m->losses = take(acts, N);
   m->loss = take(acts, 1);
   m->grad_norm = take(acts, 1);
@@ -506,26 +507,25 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   if (!targets) return CF_OK;
   m->count = cf_crossentropy_count(targets, N, -1);
   CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
-  return cf_crossentropy_forward(m->ctx, A(m->loss), A(m->losses), A(m->logits), cf_at(m->targets, 0), N, V,
-                                 (float)m->cfg.model.label_smoothing, -1);
+  /* the loss and, in the same pass over the logits, their gradient for a backward that may follow */
+  return cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
+                                          cf_at(m->targets, 0), N, V, (float)m->cfg.model.label_smoothing, -1,
+                                          1.0f / (float)m->count);
 }
 
 cf_status cf_model_backward(cf_model *m) {
   if (m->count <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "backward needs a forward with targets first");
   int N = m->B * m->T, C = m->C, V = m->V;
   CF_TRY(cf_fill(m->ctx, cf_at(m->grads, 0), 0.0f, m->nparams));
-  /* dlogits in place of the logits */
-  CF_TRY(cf_crossentropy_backward(m->ctx, A(m->logits), A(m->logits), cf_at(m->targets, 0), N, V,
-                                  (float)m->cfg.model.label_smoothing, -1, 1.0f / (float)m->count));
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
   if (m->lnf_w != SIZE_MAX) {
     /* d(lnf_out) in s_res; the final LayerNorm's backward here, or in the last block (Pre-LN) */
-    CF_TRY(linear_backward(m, S(m->s_res), m->out_w, SIZE_MAX, A(m->logits), xf, C, V, 0));
+    CF_TRY(linear_backward(m, S(m->s_res), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
     if (!final_norm_in_block(m))
       CF_TRY(cf_layernorm_backward(m->ctx, S(m->s_stream), G(m->lnf_w), G(m->lnf_b), S(m->s_res), model_output(m),
                                    P(m->lnf_w), A(m->lnf_mean), A(m->lnf_rstd), N, C, 0));
   } else {
-    CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->logits), xf, C, V, 0));
+    CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
   }
   for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
   CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
