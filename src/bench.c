@@ -14,6 +14,7 @@
  *   activation fwd / bwd  2n / 3n        bias fwd / bwd       2n + C / n + 2C
  *   bias_act fwd / bwd    3n + C / 3n + 2C (pre is read and rewritten in the forward)
  *   dropout               2n             residual(+dropout)   3n        scale 2n, fill n
+ *   residual(_dropout)_layernorm  read x, branch; write res, y (4NC) + weight, bias (2C) + mean, rstd (2N)
  *   adam                  7n (read p, g, m, v; write p, m, v)        global_norm n
  *   embedding_backward    V = 256, learned positions off: read dout (NC) + tokens (N), dwte r/w (2VC)
  *   embedding_backward_wpe  the same with learned positions: + dwpe r/w (2TC)
@@ -167,6 +168,17 @@ static cf_status op_dropout(bench *s) {
 static cf_status op_residual(bench *s) {
   return cf_residual_forward(s->ctx, cf_at(s->c, 0), cf_at(s->a, 0), cf_at(s->b, 0), s->n);
 }
+static cf_status op_residual_layernorm(bench *s) {
+  cf_dropout none = {0};
+  return cf_residual_dropout_layernorm_forward(s->ctx, cf_at(s->b, 0), cf_at(s->mean, 0), cf_at(s->rstd, 0),
+                                               cf_at(s->c, 0), cf_at(s->a, 0), cf_at(s->d, 0), cf_at(s->w, 0),
+                                               cf_at(s->bias, 0), s->N, s->C, 1e-5f, none);
+}
+static cf_status op_residual_dropout_layernorm(bench *s) {
+  return cf_residual_dropout_layernorm_forward(s->ctx, cf_at(s->b, 0), cf_at(s->mean, 0), cf_at(s->rstd, 0),
+                                               cf_at(s->c, 0), cf_at(s->a, 0), cf_at(s->d, 0), cf_at(s->w, 0),
+                                               cf_at(s->bias, 0), s->N, s->C, 1e-5f, bench_drop);
+}
 static cf_status op_residual_dropout(bench *s) {
   return cf_residual_dropout_forward(s->ctx, cf_at(s->c, 0), cf_at(s->a, 0), cf_at(s->b, 0), s->n, bench_drop);
 }
@@ -261,6 +273,8 @@ static const kernel_case cases[] = {
     {"dropout", op_dropout, NULL, 1, 2, 0, 0, 0, 0},
     {"residual", op_residual, NULL, 1, 3, 0, 0, 0, 0},
     {"residual_dropout", op_residual_dropout, NULL, 1, 3, 0, 0, 0, 0},
+    {"residual_layernorm", op_residual_layernorm, NULL, 1, 4, 2, 2, 0, 0},
+    {"residual_dropout_layernorm", op_residual_dropout_layernorm, NULL, 1, 4, 2, 2, 0, 0},
     {"scale", op_scale, NULL, 1, 2, 0, 0, 0, 0},
     {"fill", op_fill, NULL, 1, 1, 0, 0, 0, 0},
     {"adam", op_adam, NULL, 1, 7, 0, 0, 0, 0},
@@ -313,9 +327,9 @@ static cf_status run_case(bench *s, const kernel_case *k) {
   if (k->softmax) snprintf(shape, sizeof shape, "B=%d NH=%d T=%d", s->B, s->NH, s->T);
   else snprintf(shape, sizeof shape, "N=%d C=%d", s->N, s->C);
   if (k->attention)
-    printf("%-24s %-18s %10.1f %8s %7s %9.1f\n", k->name, shape, sec * 1e6, "", "", gfl);
+    printf("%-28s %-18s %10.1f %8s %7s %9.1f\n", k->name, shape, sec * 1e6, "", "", gfl);
   else
-    printf("%-24s %-18s %10.1f %8.2f %6.0f%%\n", k->name, shape, sec * 1e6, gbs, pct);
+    printf("%-28s %-18s %10.1f %8.2f %6.0f%%\n", k->name, shape, sec * 1e6, gbs, pct);
   fflush(stdout);
   if (s->json) {
     fprintf(s->json, "%s\n      {\"kernel\": ", s->nrows++ ? "," : "");
@@ -458,7 +472,7 @@ static cf_status bench_all(bench *s) {
   printf("copy bandwidth (clEnqueueCopyBuffer of 64 MiB, read + write): %.2f GB/s wall-clock", s->copy_gbs);
   if (ev_gbs > 0) printf(", %.2f GB/s by its profiling event", ev_gbs);
   printf("\ntiming: wall-clock around batches of launches between clFinish, median of %d samples\n\n", s->repeat);
-  printf("%-24s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
+  printf("%-28s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
   if (s->json) {
     fprintf(s->json, "\"kernels\": {\n    \"copy\": {\"bytes\": %.0f, \"gbs\": %.3f, \"gbs_event\": %.3f, "
             "\"method\": \"clEnqueueCopyBuffer, bytes read + written\"},\n"
@@ -489,6 +503,15 @@ cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *
   s.repeat = repeat > 0 ? repeat : 20;
   s.only = only;
   s.json = json;
+  if (only) {
+    int any = 0;
+    char names[2048] = "";
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+      any |= name_selected(cases[k].name, only);
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "", cases[k].name);
+    }
+    if (!any) return CF_FAIL(CF_ERR_INVALID_ARG, "--only '%s' matches no kernel; the kernels are: %s", only, names);
+  }
   cf_status st = bench_all(&s);
   free_bench(&s);
   return st;

@@ -78,7 +78,7 @@ static const char *usage =
     "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
     "                    documented at the top of src/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
     "  --repeat N        `kernels`: timed samples per kernel, the median reported (default 20)\n"
-    "  --only NAME       `kernels`: only the kernels whose name contains NAME\n"
+    "  --only NAMES      `kernels`: only the kernels whose name contains one of NAMES (comma-separated)\n"
     "  --vs-blas         `gemm`: also time OpenBLAS on the host\n"
     "  --steps N         `step`: timed steps (default 20, at least 10)\n"
     "  --warmup N        `step`: untimed steps first (default 3)\n"

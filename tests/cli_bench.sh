@@ -79,6 +79,9 @@ if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; els
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?
 if [[ $rc -eq 2 ]]; then ok "--steps below 10 refused"; else bad "--steps 3 gave rc=$rc"; fi
+err=$("$bin" bench kernels --only nosuch 2>&1 >/dev/null); rc=$?
+if [[ $rc -eq 2 && "$err" == *"--only 'nosuch' matches no kernel"*"layernorm_forward"* ]]; then ok "--only matching nothing refused, kernels listed"
+else bad "--only nosuch gave rc=$rc: $err"; fi
 "$bin" bench stepp >/dev/null 2>&1; rc=$?
 if [[ $rc -eq 2 ]]; then ok "unknown benchmark refused"; else bad "bench stepp gave rc=$rc"; fi
 
