@@ -178,6 +178,8 @@ static void tune_ensure(cf_context *ctx) {
 
 /* ---------- CLBlast ---------- */
 
+static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out);
+
 static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
 
 /* Row-major C = op(A) op(B) is passed to CLBlast as the column-major product C^T = op(B)^T op(A)^T
@@ -189,11 +191,24 @@ static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t 
                               cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                               cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   tune_ensure(ctx);  /* tuned parameters are in place before CLBlast compiles its kernels */
-  if (batch == 1)
-    CF_CHECK(CLBlastSgemm(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha, B.buf, B.off, ldb,
-                          A.buf, A.off, lda, beta, C.buf, C.off, ldc, &ctx->queue,
-                          cf_profile_slot(ctx, "clblast_sgemm")));
-  else
+  if (batch == 1) {
+    /* The indirect kernel's padded/transposed operands: in our per-queue scratch rather than a
+     * buffer CLBlast creates and releases on every call. */
+    size_t temp = 0;
+    CF_CHECK(CLBlastSGemmTempBufferSize(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, B.off, ldb, A.off,
+                                        lda, C.off, ldc, &ctx->queue, &temp));
+    if (temp == 0)
+      CF_CHECK(CLBlastSgemm(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha, B.buf, B.off, ldb,
+                            A.buf, A.off, lda, beta, C.buf, C.off, ldc, &ctx->queue,
+                            cf_profile_slot(ctx, "clblast_sgemm")));
+    else {
+      cl_mem buf;
+      CF_TRY(scratch_get(ctx, temp, &buf));
+      CF_CHECK(CLBlastSgemmWithTempBuffer(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha, B.buf, B.off,
+                                          ldb, A.buf, A.off, lda, beta, C.buf, C.off, ldc, &ctx->queue,
+                                          cf_profile_slot(ctx, "clblast_sgemm"), buf));
+    }
+  } else
     CF_CHECK(CLBlastSgemmStridedBatched(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha,
                                         B.buf, B.off, ldb, stride_b, A.buf, A.off, lda, stride_a, beta,
                                         C.buf, C.off, ldc, stride_c, batch, &ctx->queue,
@@ -204,7 +219,8 @@ static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t 
 /* ---------- the packing scratch ---------- */
 
 /* The context struct is not ours to extend, so the scratch for packed panels of op(B) and op(A)
- * (when A is transposed) lives in a small table keyed by command queue. The entry retains its
+ * (when A is transposed), and for CLBlast's padded or transposed operands, lives in a small table
+ * keyed by command queue. The entry retains its
  * queue, so the key cannot be reused by another queue while the entry exists; kernels on an
  * in-order queue run one after another, so every product on that queue can share one buffer.
  * Allocating per call instead costs a fresh mapping and its page faults on every product (about a
