@@ -21,10 +21,15 @@ static cf_status check_dims(int N, int C) {
   return CF_OK;
 }
 
-cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem rstd, cf_mem inp, cf_mem weight,
-                               cf_mem bias, int N, int C, float eps) {
+static cf_status check_dims_eps(int N, int C, float eps) {
   CF_TRY(check_dims(N, C));
   if (!(eps > 0.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: eps must be > 0, got %g", (double)eps);
+  return CF_OK;
+}
+
+cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem rstd, cf_mem inp, cf_mem weight,
+                               cf_mem bias, int N, int C, float eps) {
+  CF_TRY(check_dims_eps(N, C, eps));
   if (N == 0) return CF_OK;
   size_t global, local;
   row_grid(ctx, N, &global, &local);
@@ -93,8 +98,7 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
 cf_status cf_residual_dropout_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem rstd, cf_mem res,
                                                 cf_mem inp, cf_mem branch, cf_mem weight, cf_mem bias, int N, int C,
                                                 float eps, cf_dropout d) {
-  CF_TRY(check_dims(N, C));
-  if (!(eps > 0.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "layernorm: eps must be > 0, got %g", (double)eps);
+  CF_TRY(check_dims_eps(N, C, eps));
   CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
   if (N == 0) return CF_OK;
   size_t global, local;
