@@ -6,9 +6,10 @@
 // op(B) is read as 32-column panels: panel p holds columns 32p..32p+31 for every k, row k at
 // b_ld floats after row k-1, panel p at b_panel floats after panel p-1. gemm_pack_b writes
 // zero-padded panels (b_ld 32, b_panel 32*K) from any B; a non-transposed B whose N is a
-// multiple of 32 is read in place (b_ld ldb, b_panel 32). A transposed A is packed too, by
-// gemm_pack_at, into K x 12 panels: read in place it costs a cache line (often a page) per k for
-// 12 values, once for every column panel of C.
+// multiple of 32 is read in place (b_ld ldb, b_panel 32). A transposed A (K, M) is either read in
+// place, row k of a tile's op(A) being 12 consecutive floats of A's row k, or packed by
+// gemm_pack_at into K x 12 panels (the host's choice: in place a tile touches a cache line, for a
+// long row a page, per k for 12 values, once for every column panel of C).
 
 #define GEMM_MR 12
 #define GEMM_NR 32
@@ -73,23 +74,35 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   }
 }
 
-// One row of the tile: p (nn) = alpha * (x|y) + beta * p; beta == 0 never reads p.
-inline void gemm_store_row(__global float *p, float16 x, float16 y, uint nn, float alpha, float beta) {
-  if (nn == GEMM_NR) {
-    if (beta == 0.0f) {
-      vstore16(alpha * x, 0, p);
-      vstore16(alpha * y, 1, p);
-    } else {
-      vstore16(alpha * x + beta * vload16(0, p), 0, p);
-      vstore16(alpha * y + beta * vload16(1, p), 1, p);
-    }
-  } else {
-    float t[GEMM_NR];
-    vstore16(x, 0, t);
-    vstore16(y, 1, t);
-    for (uint j = 0; j < nn; j++) p[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * p[j];
+// One row of the tile: p (nn) = alpha * (x|y) + beta * p; beta == 0 never reads p. A macro, not a
+// function: PoCL kept the function out of line, and its calls spilled all 24 accumulators first.
+// With c_al (every row of the tile 64-byte aligned) full rows are stored as float16s: PoCL splits
+// a vstore16 into four 16-byte stores, and the tile's stores were a third of a K = 256 product's
+// fixed cost per tile.
+#define GEMM_STORE_ROW(p, x, y)                                                                   \
+  if (nn == GEMM_NR && c_al) {                                                                    \
+    __global float16 *q_ = (__global float16 *)(p);                                               \
+    if (beta == 0.0f) {                                                                           \
+      q_[0] = alpha * (x);                                                                        \
+      q_[1] = alpha * (y);                                                                        \
+    } else {                                                                                      \
+      q_[0] = alpha * (x) + beta * q_[0];                                                         \
+      q_[1] = alpha * (y) + beta * q_[1];                                                         \
+    }                                                                                             \
+  } else if (nn == GEMM_NR) {                                                                     \
+    if (beta == 0.0f) {                                                                           \
+      vstore16(alpha * (x), 0, p);                                                                \
+      vstore16(alpha * (y), 1, p);                                                                \
+    } else {                                                                                      \
+      vstore16(alpha * (x) + beta * vload16(0, p), 0, p);                                         \
+      vstore16(alpha * (y) + beta * vload16(1, p), 1, p);                                         \
+    }                                                                                             \
+  } else {                                                                                        \
+    float t_[GEMM_NR];                                                                            \
+    vstore16(x, 0, t_);                                                                           \
+    vstore16(y, 1, t_);                                                                           \
+    for (uint j = 0; j < nn; j++) p[j] = beta == 0.0f ? alpha * t_[j] : alpha * t_[j] + beta * p[j]; \
   }
-}
 
 #define GEMM_REP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define GEMM_ACC(i) float16 c##i##a = 0.0f, c##i##b = 0.0f;
@@ -99,12 +112,19 @@ inline void gemm_store_row(__global float *p, float16 x, float16 y, uint nn, flo
     c##i##a = fma(a_, b0, c##i##a);       \
     c##i##b = fma(a_, b1, c##i##b);       \
   }
-#define GEMM_STORE(i) \
-  if (m0 + i < M) gemm_store_row(c + (size_t)(m0 + i) * ldc, c##i##a, c##i##b, nn, alpha, beta);
+// Accumulator row i is row r0 + i of C; rows before m0 belong to the tile above (see gemm_at).
+#define GEMM_STORE(i)                                 \
+  if (r0 + i >= m0 && r0 + i < M) {                   \
+    __global float *p##i = c + (size_t)(r0 + i) * ldc; \
+    GEMM_STORE_ROW(p##i, c##i##a, c##i##b)            \
+  }
+#define GEMM_EPILOGUE                                               \
+  int c_al = ((size_t)c & 63) == 0 && ldc % 16 == 0;                \
+  GEMM_REP(GEMM_STORE)
 
 // The k loop over op(B)'s panel at bp, with GEMM_A(i) the value of op(A) at row i, column k.
 #define GEMM_KLOOP                                    \
-  for (uint k = 0; k < K; k++, bp += b_ld) {          \
+  for (uint k = 0; k < K; k++, bp += b_ld GEMM_ASTEP) { \
     float16 b0 = vload16(0, bp), b1 = vload16(1, bp); \
     GEMM_REP(GEMM_FMA)                                \
   }
@@ -132,25 +152,35 @@ inline void gemm_store_row(__global float *p, float16 x, float16 y, uint nn, flo
 // C (batch, M, N) with op(A) = A (batch, M, K). global: (tiles, batch), local (1, 1)
 __kernel void gemm_an(GEMM_ARGS) {
   GEMM_PROLOGUE
+  uint r0 = m0;
   // rows past M read row M-1 (their results are not stored), so the loop has no branches
 #define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
   GEMM_REP(GEMM_ROWPTR)
 #define GEMM_A(i) a##i[k]
+#define GEMM_ASTEP
   GEMM_KLOOP
+#undef GEMM_ASTEP
 #undef GEMM_A
-  GEMM_REP(GEMM_STORE)
+  GEMM_EPILOGUE
 }
 
-// C (batch, M, N) with op(A) = A^T, A packed by gemm_pack_at (lda unused): row tile m0 / 12 is the
-// K x 12 panel at m0 * K, zero-padded, so one branch-free loop serves every tile (two loops, full
-// and clamped, made PoCL's register allocator spill accumulators). global: (tiles, batch), local (1, 1)
+// C (batch, M, N) with op(A) = A^T, A (batch, K, M): lda 12 means packed by gemm_pack_at (row
+// tile m0 / 12 is the zero-padded K x 12 panel at m0 * K; the host packs every A^T with M < 12),
+// else A is read in place with row stride lda (> 12, so M >= 12) and the tile reads op(A)'s rows
+// r0..r0+11, r0 = min(m0, M - 12): the last row tile slides up to end at row M - 1 rather than
+// read past A's rows (rows r0..m0-1 are the tile above's and are not stored). Either way one
+// branch-free loop serves every tile (two loops, full and clamped, made PoCL's register allocator
+// spill accumulators). global: (tiles, batch), local (1, 1)
 __kernel void gemm_at(GEMM_ARGS) {
   GEMM_PROLOGUE
-  __global const float *ak = a + (size_t)m0 * K;
-#define GEMM_A(i) ak[k * GEMM_MR + i]
+  uint r0 = lda == GEMM_MR ? m0 : min(m0, M - GEMM_MR);
+  __global const float *ak = a + (lda == GEMM_MR ? (size_t)m0 * K : r0);
+#define GEMM_A(i) ak[i]
+#define GEMM_ASTEP , ak += lda
   GEMM_KLOOP
+#undef GEMM_ASTEP
 #undef GEMM_A
-  GEMM_REP(GEMM_STORE)
+  GEMM_EPILOGUE
 }
 
 // The device's fp32 FMA rate: 16 independent float16 chains per item, iters rounds each.

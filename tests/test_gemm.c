@@ -23,6 +23,7 @@ static double rel_fro(const float *out, const double *ref, size_t n, int *nonfin
 
 /* C (batch x M x N, row stride ldc, matrix stride sc) = alpha op(A) op(B) + beta C */
 static int ncases;
+static int tight;  /* no offsets or odd padding: C's rows 64-byte aligned (ldc a multiple of 16 floats) */
 
 static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
                      size_t batch,
@@ -31,6 +32,15 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
   size_t lda = acols + 3, ldb = bcols + 1, ldc = N + 2;  /* padded rows catch stride mix-ups */
   size_t sa = arows * lda + 5, sb = brows * ldb + 7, sc = M * ldc + 3;
   size_t offa = 11, offb = 13, offc = 17;
+  if (tight) {
+    lda = acols;
+    ldb = bcols;
+    ldc = (N + 15) / 16 * 16;
+    sa = arows * lda;
+    sb = brows * ldb;
+    sc = M * ldc;
+    offa = offb = offc = 0;
+  }
   size_t na = offa + batch * sa, nb = offb + batch * sb, nc = offc + batch * sc;
   float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4);
   test_fill_uniform(r, A, na, -1, 1);
@@ -159,6 +169,19 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
+  /* A^T read in place by our gemm_at (short rows, few column panels; the last row tile, 250 = 20 * 12 + 10,
+   * slides up over the tile above) and packed (more column panels; longer rows), with beta != 0 */
+  run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
+  run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
+  run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
+  run_case(ctx, impl, r, 1, 0, 300, 40, 50, 1, 1.0f, 0.5f);
+  /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
+  tight = 1;
+  for (int t = 0; t < 4; t++) {
+    run_case(ctx, impl, r, t & 1, t >> 1, 40, 64, 50, 1, 1.0f, t & 1 ? 0.5f : 0.0f);
+    run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 20, 3, -0.5f, t >> 1 ? 1.0f : 0.0f);
+  }
+  tight = 0;
 }
 
 /* CLBlast under tuned parameters as `clformer tune` writes them (here hand-picked, unlike the
