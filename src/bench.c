@@ -67,6 +67,7 @@ typedef struct bench {
   int repeat;
   const char *only;         /* substring filter on kernel names, or NULL */
   FILE *json;
+  FILE *tables;             /* stdout, or stderr when the JSON goes to stdout */
   int nrows;                /* rows written to json so far */
   double copy_gbs;
   int N, C, T, NH, B;
@@ -327,9 +328,9 @@ static cf_status run_case(bench *s, const kernel_case *k) {
   if (k->softmax) snprintf(shape, sizeof shape, "B=%d NH=%d T=%d", s->B, s->NH, s->T);
   else snprintf(shape, sizeof shape, "N=%d C=%d", s->N, s->C);
   if (k->attention)
-    printf("%-28s %-18s %10.1f %8s %7s %9.1f\n", k->name, shape, sec * 1e6, "", "", gfl);
+    fprintf(s->tables, "%-28s %-18s %10.1f %8s %7s %9.1f\n", k->name, shape, sec * 1e6, "", "", gfl);
   else
-    printf("%-28s %-18s %10.1f %8.2f %6.0f%%\n", k->name, shape, sec * 1e6, gbs, pct);
+    fprintf(s->tables, "%-28s %-18s %10.1f %8.2f %6.0f%%\n", k->name, shape, sec * 1e6, gbs, pct);
   fflush(stdout);
   if (s->json) {
     fprintf(s->json, "%s\n      {\"kernel\": ", s->nrows++ ? "," : "");
@@ -468,11 +469,11 @@ static cf_status bench_all(bench *s) {
   CF_TRY(measure_copy(s, &ev_gbs));
   CF_TRY(alloc_bench(s));
   const cf_device_info *d = cf_context_device(s->ctx);
-  printf("device: %s (%s)\n", d->name, d->platform_name);
-  printf("copy bandwidth (clEnqueueCopyBuffer of 64 MiB, read + write): %.2f GB/s wall-clock", s->copy_gbs);
-  if (ev_gbs > 0) printf(", %.2f GB/s by its profiling event", ev_gbs);
-  printf("\ntiming: wall-clock around batches of launches between clFinish, median of %d samples\n\n", s->repeat);
-  printf("%-28s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
+  fprintf(s->tables, "device: %s (%s)\n", d->name, d->platform_name);
+  fprintf(s->tables, "copy bandwidth (clEnqueueCopyBuffer of 64 MiB, read + write): %.2f GB/s wall-clock", s->copy_gbs);
+  if (ev_gbs > 0) fprintf(s->tables, ", %.2f GB/s by its profiling event", ev_gbs);
+  fprintf(s->tables, "\ntiming: wall-clock around batches of launches between clFinish, median of %d samples\n\n", s->repeat);
+  fprintf(s->tables, "%-28s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
   if (s->json) {
     fprintf(s->json, "\"kernels\": {\n    \"copy\": {\"bytes\": %.0f, \"gbs\": %.3f, \"gbs_event\": %.3f, "
             "\"method\": \"clEnqueueCopyBuffer, bytes read + written\"},\n"
@@ -503,6 +504,7 @@ cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *
   s.repeat = repeat > 0 ? repeat : 20;
   s.only = only;
   s.json = json;
+  s.tables = json == stdout ? stderr : stdout;
   if (only) {
     int any = 0;
     char names[2048] = "";

@@ -197,12 +197,12 @@ int cmd_bench(int argc, char **argv) {
     st = cf_bench_kernels(ctx, repeat, only, json);
   }
   if (st == CF_OK && gemm) {
-    if (kernels) printf("\n");
+    if (kernels) fputc('\n', json == stdout ? stderr : stdout);
     if (json) fprintf(json, ",\n  \"gemm\": ");
     st = cf_bench_gemm(ctx, &cfg, vs_blas, json);
   }
   if (st == CF_OK && step) {
-    if (kernels || gemm) printf("\n");
+    if (kernels || gemm) fputc('\n', json == stdout ? stderr : stdout);
     if (json) fprintf(json, ",\n  \"step\": ");
     st = cf_bench_step(ctx, &cfg, &so, json);
   }

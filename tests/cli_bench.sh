@@ -73,6 +73,10 @@ miss=$(check_json "$tmp/b.json" step 2>&1)
 if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/b.err") == *"step time"* ]]; then ok "bench step --json - keeps stdout pure JSON"
 else bad "bench step --json - rc=$rc missing: $miss"; fi
 
+"$bin" bench kernels --only adam --repeat 3 --json - >"$tmp/k2.json" 2>"$tmp/k2.err"; rc=$?
+miss=$(check_json "$tmp/k2.json" kernels 2>&1)
+if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/k2.err") == *"copy bandwidth"* ]]; then ok "bench kernels --json - keeps stdout pure JSON"
+else bad "bench kernels --json - rc=$rc missing: $miss"; fi
 out=$("$bin" bench kernels --only adam --repeat 3 --json "$tmp/k.json" 2>&1); rc=$?
 miss=$(check_json "$tmp/k.json" kernels 2>&1)
 if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; else bad "bench kernels rc=$rc missing: $miss"; echo "$out"; fi
