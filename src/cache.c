@@ -105,6 +105,7 @@ void cf_cache_prune_default(const char *dir) {
     char *end;
     long v = strtol(s, &end, 10);
     if (!*end && v >= 0) mb = v;
+    else cf_log(1, "note: CLFORMER_CACHE_MAX_MB='%s' is not a number of MB; using %ld", s, mb);
   }
   cf_cache_prune(dir, DEFAULT_MAX_AGE_DAYS, (size_t)mb << 20);
 }

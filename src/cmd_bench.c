@@ -54,7 +54,7 @@ cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *
 
 static const char *usage =
     "usage: clformer bench kernels|gemm|step|all [--device SPEC] [--config CONFIG] [--set KEY=VALUE ...]\n"
-    "                      [--json FILE] [--repeat N] [--only NAME] [--vs-blas]\n"
+    "                      [--json FILE] [--repeat N] [--only NAMES] [--vs-blas]\n"
     "                      [--steps N] [--warmup N] [--vs-torch] [--torch-threads N] [--torch-script PATH]\n"
     "\n"
     "Times the compute kernels on one device, after warm-up, as the median of repeated runs.\n"
@@ -85,7 +85,8 @@ static const char *usage =
     "  --vs-torch        `step`: also run tools/torch_step.py (PyTorch on the host CPU, the same model and\n"
     "                    config), its steps interleaved with ours, and print the speed ratio; torch gets\n"
     "                    its best settings (allocator, OpenBLAS kernel, threads: see tools/torch_step.py)\n"
-    "  --torch-threads N `--vs-torch`: torch's threads (default: the fastest of 1 and all cores)\n"
+    "  --torch-threads N `--vs-torch`: torch's threads, OpenBLAS's left at its default (default: the\n"
+    "                    fastest pair of torch and OpenBLAS thread counts in {1, cores})\n"
     "  --torch-script P  `--vs-torch`: path of torch_step.py (default: found beside the executable)\n"
     "environment: CLFORMER_PYTHON, the Python with torch (default /usr/bin/python3, else python3)\n";
 

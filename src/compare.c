@@ -1,6 +1,6 @@
 /* `clformer compare`: the warm-up comparison of Xiong et al. (2020), Section 3.2 / Figure 2, on a
  * language model. One YAML file names a base config and variants (sets of key overrides); each
- * variant (times each seed) is an ordinary training run in OUT/<variant>[/seed<k>]; finished runs
+ * variant (times each seed) is an ordinary training run in OUT/<variant>[/seed<S>]; finished runs
  * are skipped and unfinished ones resumed. Then summary.md, summary.json and curves.svg. */
 #include <math.h>
 #include <stdlib.h>
@@ -42,8 +42,9 @@ static const char *usage =
     "usage: clformer compare CONFIG [--seeds N] [--only NAME] [--set KEY=VALUE ...] [--device SPEC]\n"
     "                               [--out DIR] [--log-steps] [--report-only]\n"
     "\n"
-    "Runs every variant of a comparison file in turn into OUT/<variant>/ (OUT/<variant>/seed<k>/ with\n"
-    "several seeds), skipping finished runs and resuming unfinished ones, then writes OUT/summary.md,\n"
+    "Runs every variant of a comparison file in turn into OUT/<variant>/ (OUT/<variant>/seed<S>/ with\n"
+    "several seeds, S = base seed + k; a single-seed run already in OUT/<variant>/ serves as the first\n"
+    "seed), skipping finished runs and resuming unfinished ones, then writes OUT/summary.md,\n"
     "OUT/summary.json and OUT/curves.svg. A comparison file holds:\n"
     "  base:        a training config (every key of `clformer check --keys`)\n"
     "  variants:    a list of {name: NAME, set: {KEY: VALUE, ...}} overrides of the base\n"

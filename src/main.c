@@ -15,8 +15,13 @@ static const char *usage =
     "environment:\n"
     "  CLFORMER_DEVICE       device spec when --device is not given (auto, P:D, gpu, cpu, accelerator, name)\n"
     "  CLFORMER_CACHE_DIR    kernel binary cache (default $XDG_CACHE_HOME/clformer or ~/.cache/clformer)\n"
-    "  CLFORMER_CACHE=off    do not cache compiled kernels\n"
+    "  CLFORMER_CACHE=off    do not cache compiled kernels (nor read or write GEMM tuning results)\n"
+    "  CLFORMER_CACHE_MAX_MB size the cache is pruned to, least recently used first (default 256)\n"
     "  CLFORMER_KERNEL_DIR   read kernels from this directory (a cl/ source tree) instead of the embedded copy\n"
+    "  CLFORMER_KERNEL_SHAPES auto (default), cpu or gpu: the kernels' launch shapes, whatever the device type\n"
+    "  CLFORMER_GEMM         auto (default), own or clblast: force one GEMM implementation\n"
+    "  CLFORMER_TUNE=off     ignore the stored `clformer tune` results\n"
+    "  CLFORMER_PYTHON       the Python with torch for `bench step --vs-torch` (default /usr/bin/python3)\n"
     "  CLFORMER_VERBOSE      0 errors only, 1 notes (default), 2 debug\n";
 
 static const struct {

@@ -11,7 +11,12 @@ build=${1:-$root/build}
 dest=$root/.device
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib"
-cp "$build/clformer" "$build"/test_* "$dest/bin/"
+cp "$build/clformer" "$dest/bin/"
+for src in "$root"/tests/test_*.c; do  # the suite's tests, not whatever else lies in the build folder
+  t=$(basename "$src" .c)
+  [[ -x $build/$t ]] || { echo "device_bundle: $build/$t not built" >&2; exit 2; }
+  cp "$build/$t" "$dest/bin/"
+done
 for pkg in ocl-icd-libopencl1 libclblast1 libyaml-0-2; do
   libs=$(dpkg -L "$pkg" | grep -E '\.so(\.[0-9]+)*$' || true)
   [[ -n $libs ]] || { echo "device_bundle: package $pkg is not installed" >&2; exit 2; }

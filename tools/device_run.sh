@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs on a borrowed GPU machine, from the repository root, after tools/device_bundle.sh packed
-# .device/ here: registers the vendor's OpenCL library with the carried ICD loader, then lists the
-# devices, runs the self-test, every test executable and `clformer bench all` on the GPU.
+# .device/ here: registers NVIDIA's OpenCL library (or whatever /etc/OpenCL/vendors lists) with the
+# carried ICD loader, then lists the devices, runs the self-test, every test executable except
+# test_torch and test_data (they read the source tree) and `clformer bench all` on the GPU.
+# Exits non-zero when a test or the benchmark failed.
 # Results go to $OUT (the device tool brings that folder back): devices.txt, tests.log, bench.txt,
 # bench-gpu.json.   usage: bash tools/device_run.sh [DEVICE_SPEC]   (default: gpu)
 set -u
 spec=${1:-gpu}
 root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+status=0
 bundle=$root/.device
 out=${OUT:-/tmp/clformer-device-out}
 mkdir -p "$out" "$bundle/icd"
@@ -33,5 +37,8 @@ for t in "$bundle"/bin/test_*; do
   rc=$?
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf '%-20s rc=%d  %d ms\n' "$name" "$rc" "$ms" | tee -a "$out/tests.log"
+  [[ $rc -eq 0 || $rc -eq 77 ]] || status=1
 done
-"$bundle/bin/clformer" bench all --config configs/kjv-small.yaml --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.txt"
+"$bundle/bin/clformer" bench all --config configs/kjv-small.yaml --json "$out/bench-gpu.json" > "$out/bench.txt" 2>&1 || status=1
+cat "$out/bench.txt"
+exit $status

@@ -67,8 +67,18 @@ def load_config(path, sets):
         else:
             cfg[section] = values
     for s in sets:
-        key, _, value = s.partition("=")
-        section, _, name = key.partition(".")
+        key, eq, value = s.partition("=")
+        section, dot, name = key.partition(".")
+        if not eq or not key:
+            raise SystemExit(f"torch_step.py: --set wants KEY=VALUE, got {s!r}")
+        if not dot:
+            cfg[section] = yaml.safe_load(value)
+            continue
+        if section in ("model", "optim") and name not in DEFAULTS[section]:
+            raise SystemExit(f"torch_step.py: unknown key {key!r} (the {section} keys are: "
+                             f"{', '.join(sorted(DEFAULTS[section]))})")
+        if not isinstance(cfg.get(section, {}), dict):
+            raise SystemExit(f"torch_step.py: {section!r} is not a section")
         cfg.setdefault(section, {})[name] = yaml.safe_load(value)
     return cfg
 
