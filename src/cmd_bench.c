@@ -9,12 +9,12 @@
  *   clformer_version       "0.1.0"
  *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs}
  *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
- *                           "compute_units"}
+ *                           "compute_units", "kernel_shapes" ("cpu" or "gpu": see CLFORMER_KERNEL_SHAPES)}
  *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
  *                           "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs",
  *                           "pct_copy", "gflops"}]}
  *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
- *                           "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
+ *                           "clblast_tuning": {"applied", "file"}, "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
  *                           "clblast"|"own"|"openblas": {"median", "min", "max"} GFLOP/s | null,
  *                           "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
  *                           "own_vs_clblast", "own_vs_openblas"}}
@@ -188,8 +188,13 @@ int cmd_bench(int argc, char **argv) {
       json_str(json, vals[k]);
       fputs(", ", json);
     }
-    fprintf(json, "\"compute_units\": %u}", d->compute_units);
+    fprintf(json, "\"compute_units\": %u, \"kernel_shapes\": \"%s\"}", d->compute_units,
+            cf_context_cpu_shapes(ctx) ? "cpu" : "gpu");
   }
+  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  if (cf_context_cpu_shapes(ctx) != device_cpu)
+    fprintf(json == stdout ? stderr : stdout, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
+            "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
   int all = !strcmp(what, "all");
   int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
   if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
