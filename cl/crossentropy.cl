@@ -112,6 +112,13 @@ __kernel void crossentropy_mean(__global float *loss, uint loss_off,
   loss[loss_off] = cnt > 0 ? s / (float)cnt : 0.0f;
 }
 
+// An ignored row's gradient.
+inline void zero_row(__global float *dx, int V) {
+  int V16 = V / 16 * 16;
+  for (int v = 0; v < V16; v += 16) vstore16((float16)(0.0f), 0, dx + v);
+  for (int v = V16; v < V; v++) dx[v] = 0.0f;
+}
+
 // dlogits[row, v] = dloss * (p_v - q_v), 0 on ignored rows. dlogits may be logits: the item reads
 // its row (and x[t]) before it writes it.
 __kernel void crossentropy_backward(__global float *dlogits, uint dlogits_off,
@@ -124,8 +131,7 @@ __kernel void crossentropy_backward(__global float *dlogits, uint dlogits_off,
   __global float *dx = dlogits + dlogits_off + (size_t)row * V;
   __global const float *x = logits + logits_off + (size_t)row * V;
   if (!(t != ignore_index && t >= 0 && t < V)) {
-    for (int v = 0; v < V16; v += 16) vstore16((float16)(0.0f), 0, dx + v);
-    for (int v = V16; v < V; v++) dx[v] = 0.0f;
+    zero_row(dx, V);
     return;
   }
   float M, S, SX;
@@ -152,8 +158,7 @@ __kernel void crossentropy_forward_backward(__global float *losses, uint losses_
   __global float *dx = dlogits + dlogits_off + (size_t)row * V;
   __global const float *x = logits + logits_off + (size_t)row * V;
   if (!(t != ignore_index && t >= 0 && t < V)) {
-    for (int v = 0; v < V16; v += 16) vstore16((float16)(0.0f), 0, dx + v);
-    for (int v = V16; v < V; v++) dx[v] = 0.0f;
+    zero_row(dx, V);
     losses[losses_off + row] = 0.0f;
     return;
   }
