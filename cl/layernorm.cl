@@ -2,6 +2,7 @@
 // add (and the branch's dropout) in front of it: res = inp + dropout(branch), out = LN(res), one pass.
 #include "philox.clh"
 #include "dropout.clh"
+#include "reduce.clh"
 
 // Row kernels run one work-group of CF_WG work-items per row and reduce in local memory with a
 // fixed tree, so results do not depend on scheduling. The host launches exactly N groups, so the
@@ -246,34 +247,6 @@ __kernel void layernorm_backward_params(__global float *dweight, uint dweight_of
 
 #else  // one work-group per row
 
-// Sum of v over the work-group (1-D, CF_WG items); every item gets the total. `red` holds CF_WG
-// values; the trailing barrier lets the caller reuse it at once.
-inline float ln_group_sum(float v, __local float *red) {
-  int lid = get_local_id(0);
-  red[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = CF_WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] += red[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  float total = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return total;
-}
-
-inline float2 ln_group_sum2(float2 v, __local float2 *red) {
-  int lid = get_local_id(0);
-  red[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = CF_WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] += red[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  float2 total = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return total;
-}
-
 // The LayerNorm of one row by the work-group: y (C) from x (C); every item gets (mean, rstd). The
 // body of layernorm_forward, shared with the fused kernel so that both compute the same bits.
 inline float2 ln_group_forward(__global float *y, __global const float *x, __global const float *w,
@@ -281,13 +254,13 @@ inline float2 ln_group_forward(__global float *y, __global const float *x, __glo
   int lid = get_local_id(0);
   float s = 0.0f;
   for (int c = lid; c < C; c += CF_WG) s += x[c];
-  float m = ln_group_sum(s, red) / (float)C;
+  float m = cf_group_sum(s, red) / (float)C;
   float v = 0.0f;
   for (int c = lid; c < C; c += CF_WG) {
     float d = x[c] - m;
     v += d * d;
   }
-  float r = 1.0f / sqrt(ln_group_sum(v, red) / (float)C + eps);
+  float r = 1.0f / sqrt(cf_group_sum(v, red) / (float)C + eps);
   for (int c = lid; c < C; c += CF_WG) y[c] = (x[c] - m) * r * w[c] + b[c];
   return (float2)(m, r);
 }
@@ -321,7 +294,7 @@ inline void ln_group_backward(__global float *dx, __global const float *dy, __gl
     float g = dy[c] * w[c], xhat = (x[c] - m) * r;
     acc += (float2)(g, g * xhat);
   }
-  float2 means = ln_group_sum2(acc, red) / (float)C;
+  float2 means = cf_group_sum2(acc, red) / (float)C;
   for (int c = lid; c < C; c += CF_WG) {
     float g = dy[c] * w[c], xhat = (x[c] - m) * r;
     float d = r * (g - means.x - xhat * means.y);

@@ -1,5 +1,6 @@
 // Optimizer steps over flat parameter buffers, L2 norms and clipping. The clip factor is read
 // from a norm held on the device (use_norm = 0: no clipping), so no host round trip is needed.
+#include "reduce.clh"
 
 inline float clip_scale(__global const float *norm, uint norm_off, int use_norm, float clip_norm) {
   return use_norm ? fmin(1.0f, clip_norm / (norm[norm_off] + 1e-6f)) : 1.0f;
@@ -146,13 +147,7 @@ inline float block_sumsq(__global const float *x, uint count, uint j, uint nb, _
   float s = (s4.x + s4.y) + (s4.z + s4.w);
   uint i = lo + 4 * n4 + lid;
   if (i < hi) s += x[i] * x[i];
-  red[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int h = CF_WG / 2; h > 0; h >>= 1) {
-    if (lid < h) red[lid] += red[lid + h];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  return red[0];
+  return cf_group_sum(s, red);
 }
 
 // Stage 1 of the global norm: partial[j] = sum of squares of block j of nb.
@@ -171,13 +166,8 @@ void norm_finish(__global float *out, uint out_off, __global const float *partia
   int lid = get_local_id(0);
   float s = 0.0f;
   for (uint i = lid; i < nb; i += CF_WG) s += partial[partial_off + i];
-  red[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int h = CF_WG / 2; h > 0; h >>= 1) {
-    if (lid < h) red[lid] += red[lid + h];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  if (lid == 0) out[out_off] = sqrt(red[0]);
+  float total = cf_group_sum(s, red);
+  if (lid == 0) out[out_off] = sqrt(total);
 }
 
 // Per-segment stage 1: group g reads its row of the block table, (offset, count, j, nb), and
