@@ -2,6 +2,7 @@
 #include <string.h>
 #include "cli.h"
 #include "clformer/config.h"
+#include "config_yaml.h"
 #include "internal.h"
 
 static const char *usage =
@@ -23,9 +24,32 @@ int cf_cli_load_config(cf_config *c, const char *path, char **sets, int nsets) {
   return 0;
 }
 
+/* A comparison or gradnorm file's `base:` section, when path is such a file: 1 if it was applied,
+ * 0 if the file has no base (an ordinary config), -1 on error (reported). */
+static int load_base_section(cf_config *c, const char *path) {
+  yaml_document_t doc;
+  if (cf_yaml_load_file(path, &doc) != CF_OK) return -1;
+  yaml_node_t *root = yaml_document_get_root_node(&doc), *base = NULL;
+  if (root && root->type == YAML_MAPPING_NODE)
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+      yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+      if (k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, "base"))
+        base = yaml_document_get_node(&doc, p->value);
+    }
+  int rc = 0;
+  if (base) {
+    rc = cf_config_apply_node(c, &doc, base, path) == CF_OK && cf_config_resolve_paths(c, path) == CF_OK ? 1 : -1;
+    if (rc == 1) cf_log(1, "note: %s is an experiment file: using its base config (add a variant's keys with --set)", path);
+  }
+  yaml_document_delete(&doc);
+  return rc;
+}
+
 int cf_cli_load_model_config(cf_config *c, const char *path, char **sets, int nsets) {
   cf_config_defaults(c);
-  if (path && cf_config_load(c, path) != CF_OK) return 2;
+  int from_base = path ? load_base_section(c, path) : 0;
+  if (from_base < 0) return 2;
+  if (path && !from_base && cf_config_load(c, path) != CF_OK) return 2;
   if (!c->data.train[0]) snprintf(c->data.train, sizeof c->data.train, "(none: only the model's shapes are used)");
   for (int i = 0; i < nsets; i++)
     if (cf_config_set(c, sets[i]) != CF_OK) return 2;

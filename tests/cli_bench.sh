@@ -83,6 +83,11 @@ if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; els
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?
 if [[ $rc -eq 2 ]]; then ok "--steps below 10 refused"; else bad "--steps 3 gave rc=$rc"; fi
+# an experiment file's base is the model measured
+printf 'base:\n  model: {layers: 1, d_model: 32, heads: 2, d_ff: 64}\nvariants:\n  - {name: a, set: {model.norm: post}}\n' > "$tmp/cmp.yaml"
+out=$("$bin" bench step --config "$tmp/cmp.yaml" --steps 10 --warmup 1 2>&1); rc=$?
+if [[ $rc -eq 0 && "$out" == *"using its base config"* && "$out" == *"1 layers, d_model 32"* ]]; then ok "bench step takes a comparison file's base"
+else bad "bench step on a comparison file: rc=$rc $out"; fi
 err=$("$bin" bench kernels --only nosuch 2>&1 >/dev/null); rc=$?
 if [[ $rc -eq 2 && "$err" == *"--only 'nosuch' matches no kernel"*"layernorm_forward"* ]]; then ok "--only matching nothing refused, kernels listed"
 else bad "--only nosuch gave rc=$rc: $err"; fi
