@@ -30,6 +30,16 @@ int cf_parse_double(const char *s, double lo, double hi, double *out);
 int cf_arg_set(int argc, char **argv, int *i, char **sets, int *nsets, int max_sets);
 /* True if arg equals either name. */
 int cf_arg_is(const char *arg, const char *long_name, const char *short_name);
+/* The arguments `compare` and `gradnorm` share: the experiment file, --set, --seeds, --device, --out. */
+typedef struct cf_experiment_args {
+  const char *path, *device, *out;
+  char *sets[256];
+  int nsets, seeds;  /* seeds 0: the file's own */
+} cf_experiment_args;
+/* Takes argv[*i] (and its value) into a when it is one of those: 1; 0 when it is not; -1 after
+ * printing why it is bad (a malformed --seeds). */
+int cf_cli_experiment_arg(const char *cmd, int argc, char **argv, int *i, cf_experiment_args *a);
+
 /* argv[i] matched no option of `clformer cmd`: says so (or that the option needs a value, when it
  * is the last argument and the usage shows it with one) with the usage, and returns 2. */
 int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char *usage);

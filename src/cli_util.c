@@ -77,3 +77,21 @@ int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char 
     fprintf(stderr, "clformer %s: unexpected argument '%s'\n\n%s", cmd, a, usage);
   return 2;
 }
+
+int cf_cli_experiment_arg(const char *cmd, int argc, char **argv, int *i, cf_experiment_args *a) {
+  const char *arg = argv[*i];
+  int has = *i + 1 < argc;
+  if (cf_arg_set(argc, argv, i, a->sets, &a->nsets, (int)(sizeof a->sets / sizeof *a->sets))) return 1;
+  if (cf_arg_is(arg, "--seeds", NULL) && has) {
+    long v;
+    if (!cf_parse_long(argv[++*i], 1, 1000, &v)) {
+      fprintf(stderr, "clformer %s: --seeds needs an integer from 1 to 1000\n", cmd);
+      return -1;
+    }
+    a->seeds = (int)v;
+  } else if (cf_arg_is(arg, "--device", "-d") && has) a->device = argv[++*i];
+  else if (cf_arg_is(arg, "--out", "-o") && has) a->out = argv[++*i];
+  else if (arg[0] != '-' && !a->path) a->path = arg;
+  else return 0;
+  return 1;
+}

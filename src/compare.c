@@ -556,29 +556,25 @@ static void remove_leftovers(const char *dir) {
 }
 
 int cmd_compare(int argc, char **argv) {
-  const char *path = NULL, *only = NULL, *device = NULL, *out = NULL;
-  char *sets[256];
-  int nsets = 0, seeds = 0, log_steps = 0, report_only = 0;
+  cf_experiment_args ea = {0};
+  const char *only = NULL;
+  int log_steps = 0, report_only = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    int has = i + 1 < argc;
+    int taken = cf_cli_experiment_arg("compare", argc, argv, &i, &ea);
+    if (taken < 0) return 2;
+    if (taken) continue;
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
-    else if (cf_arg_is(a, "--seeds", NULL) && has) {
-      long v;
-      if (!cf_parse_long(argv[++i], 1, 1000, &v)) { fprintf(stderr, "clformer compare: --seeds needs an integer from 1 to 1000\n"); return 2; }
-      seeds = (int)v;
-    } else if (cf_arg_is(a, "--only", NULL) && has) only = argv[++i];
-    else if (cf_arg_is(a, "--device", "-d") && has) device = argv[++i];
-    else if (cf_arg_is(a, "--out", "-o") && has) out = argv[++i];
+    else if (cf_arg_is(a, "--only", NULL) && i + 1 < argc) only = argv[++i];
     else if (cf_arg_is(a, "--log-steps", NULL)) log_steps = 1;
     else if (cf_arg_is(a, "--report-only", NULL)) report_only = 1;
-    else if (a[0] != '-' && !path) path = a;
     else return cf_cli_unexpected("compare", argc, argv, i, usage);
   }
+  const char *path = ea.path, *device = ea.device, *out = ea.out;
+  int seeds = ea.seeds;
   if (!path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
   spec s;
-  if (parse_spec(&s, path, sets, nsets) != CF_OK) { free(s.v); return 2; }
+  if (parse_spec(&s, path, ea.sets, ea.nsets) != CF_OK) { free(s.v); return 2; }
   if (seeds) s.seeds = seeds;
   if (out) snprintf(s.out, sizeof s.out, "%s", out);
   int only_i = -1;

@@ -129,26 +129,19 @@ static double loglog_slope(const double *x, const double *y, int n) {
 static const char *norm_name(int n) { return n == CF_NORM_PRE ? "Pre-LN" : "Post-LN"; }
 
 int cmd_gradnorm(int argc, char **argv) {
-  const char *path = NULL, *device = NULL, *out = NULL;
-  char *sets[256];
-  int nsets = 0, seeds = 0;
+  cf_experiment_args ea = {0};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int has = i + 1 < argc;
-    if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
-    else if (cf_arg_is(a, "--seeds", NULL) && has) {
-      long v;
-      if (!cf_parse_long(argv[++i], 1, 1000, &v)) { fprintf(stderr, "clformer gradnorm: --seeds needs an integer from 1 to 1000\n"); return 2; }
-      seeds = (int)v;
-    } else if (cf_arg_is(a, "--device", "-d") && has) device = argv[++i];
-    else if (cf_arg_is(a, "--out", "-o") && has) out = argv[++i];
-    else if (a[0] != '-' && !path) path = a;
-    else return cf_cli_unexpected("gradnorm", argc, argv, i, usage);
+    int taken = cf_cli_experiment_arg("gradnorm", argc, argv, &i, &ea);
+    if (taken < 0) return 2;
+    if (taken) continue;
+    if (cf_arg_is(argv[i], "--help", "-h")) { fputs(usage, stdout); return 0; }
+    return cf_cli_unexpected("gradnorm", argc, argv, i, usage);
   }
+  const char *path = ea.path, *device = ea.device, *out = ea.out;
+  int seeds = ea.seeds;
   if (!path) { fprintf(stderr, "clformer gradnorm: a CONFIG is required\n\n%s", usage); return 2; }
   gn_spec s;
-  if (parse_gn(&s, path, sets, nsets) != CF_OK) return 2;
+  if (parse_gn(&s, path, ea.sets, ea.nsets) != CF_OK) return 2;
   if (seeds) s.seeds = seeds;
   if (out) snprintf(s.out, sizeof s.out, "%s", out);
   cf_data data;
