@@ -2,18 +2,13 @@
 # `clformer bench`: step, kernels --only and --json produce well-formed JSON with the documented
 # fields (schema at the top of src/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
 # refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
-set -u
 bin=$1; src=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
+require_opencl
 py=python3
 small=(--set model.layers=1 --set model.d_model=32 --set model.heads=2 --set model.d_ff=64
        --set data.seq_len=16 --set data.batch_size=4)
 
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
 
 # Checks a JSON file against the documented keys; prints the missing ones.
 check_json() {  # file, then what: step | kernels

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # `clformer check`: a good config resolves; every kind of bad input gives file:line:col, the key,
 # exit code 2, and creates nothing.
-set -u
 bin=$1
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
 cd "$tmp"
 expect_error() {  # name, expected text, command...
   local name=$1 want=$2; shift 2

@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # The experiments end to end at toy size: a two-variant comparison and a gradnorm run produce
 # well-formed files whose numbers match the runs' metrics; finished variants are skipped on a rerun.
-set -u
 bin=$1; src=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
-head -c 200000 "$src/build/data/kjv.txt" > "$tmp/text.txt" 2>/dev/null || { echo "SKIP: corpus missing (run tools/setup.sh)"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
+require_opencl
+require_corpus 200000 "$tmp/text.txt"
 cd "$tmp"
 cat > cmp.yaml <<YAML
 base:

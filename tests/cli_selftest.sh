@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # `clformer selftest` passes on a working device, and a device that computes wrong (simulated by
 # kernels with a skewed exp, via CLFORMER_KERNEL_DIR) fails it, and `train` refuses that device.
-set -u
 bin=$1; src=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
+require_opencl
 out=$("$bin" selftest 2>&1); rc=$?
 n=$(grep -c " pass " <<<"$out")
 if [[ $rc -eq 0 && $n -ge 30 && "$out" != *FAIL* ]]; then echo "ok   selftest passes ($n ops)"; else echo "FAIL selftest: rc=$rc"; echo "$out"; fail=1; fi

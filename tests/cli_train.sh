@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # `clformer train` end to end on a tiny model: the run's files, determinism, bit-identical resume,
 # refusal to overwrite a run, refusal of damaged checkpoints, Ctrl-C, divergence, and sampling.
-set -u
 bin=$1; src=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
-head -c 300000 "$src/build/data/kjv.txt" > "$tmp/text.txt" 2>/dev/null || { echo "SKIP: corpus missing (run tools/setup.sh)"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
+require_opencl
+require_corpus 300000 "$tmp/text.txt"
 cat > "$tmp/tiny.yaml" <<YAML
 seed: 5
 data: {train: text.txt, seq_len: 32, batch_size: 4, valid_fraction: 0.1}

@@ -4,14 +4,9 @@
 # ignores it, tuned parameters of every CLBlast kernel (GEMM and helpers) and the direct/indirect
 # switch reach CLBlast, `bench gemm` says CLBlast runs tuned, malformed lines are reported without
 # breaking the run, and a short `tune` (no CLBlast tuners) measures and writes the switch itself.
-set -u
 bin=$1
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-"$bin" devices >/dev/null 2>&1 || { [[ $? -eq 2 ]] && { echo "SKIP: no OpenCL"; exit 77; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
+require_opencl
 export CLFORMER_CACHE_DIR="$tmp/cache"
 unset CLFORMER_GEMM CLFORMER_TUNE
 msg=$("$bin" tune --show 2>&1)
