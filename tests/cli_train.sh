@@ -29,8 +29,9 @@ grep -q '"status": "finished"' a/run.json && ok "run.json says finished" || bad 
 "$bin" check a/config.yaml >/dev/null && ok "saved config is valid" || bad "saved config invalid"
 
 "$bin" train tiny.yaml --set train.out=b --quiet; losses a > la; losses b > lb
-cmp -s la lb && [[ $(tensors a/checkpoint.safetensors) == $(tensors b/checkpoint.safetensors) ]] \
-  && ok "same config and seed: identical losses and weights" || bad "runs differ"
+wa=$(tensors a/checkpoint.safetensors); wb=$(tensors b/checkpoint.safetensors)
+[[ -s la && -n "$wa" ]] && cmp -s la lb && [[ "$wa" == "$wb" ]] \
+  && ok "same config and seed: identical losses and weights" || bad "runs differ (or are missing)"
 
 "$bin" train tiny.yaml --set train.out=c --set train.steps=10 --quiet && \
 "$bin" train tiny.yaml --resume c --set train.steps=20 --quiet; rc=$?
