@@ -312,8 +312,10 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
 
   size_t params = cf_model_num_params(s.m);
   double flops = cf_bench_step_flops(cfg);
-  fprintf(out, "device: %s (%s, driver %s); GEMM: %s\n", d->name, d->platform_name, d->driver_version,
-          cf_gemm_impl_name(gimpl));
+  char tuning[512];
+  int tuned = cf_gemm_tune_summary(ctx, tuning, sizeof tuning);
+  fprintf(out, "device: %s (%s, driver %s); GEMM: %s%s\n", d->name, d->platform_name, d->driver_version,
+          cf_gemm_impl_name(gimpl), tuned ? " by default, and per shape what `clformer tune` measured faster" : "");
   fprintf(out, "model: %s-LN, %d layers, d_model %d, %d heads, d_ff %d, %s; %.2fM parameters; batch %d x %d = %d tokens\n",
           cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers, cfg->model.d_model, cfg->model.heads,
           cfg->model.d_ff, cfg->model.activation == 0 ? "relu" : cfg->model.activation == 1 ? "gelu" : "gelu_erf",
