@@ -305,16 +305,6 @@ static void case_work(const bench *s, const kernel_case *k, double *bytes, doubl
   }
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
 static cf_status run_case(bench *s, const kernel_case *k) {
   double sec, base = 0, bytes, flops;
   CF_TRY(time_op(s, k->fn, &sec));
@@ -334,7 +324,7 @@ static cf_status run_case(bench *s, const kernel_case *k) {
   fflush(stdout);
   if (s->json) {
     fprintf(s->json, "%s\n      {\"kernel\": ", s->nrows++ ? "," : "");
-    json_str(s->json, k->name);
+    cf_json_string(s->json, k->name);
     fprintf(s->json, ", \"N\": %d, \"C\": %d, \"T\": %d, \"NH\": %d, \"bytes\": %.0f, \"flops\": %.0f, \"us\": %.3f, ",
             s->N, s->C, s->T, s->NH, bytes, flops, sec * 1e6);
     if (k->attention) fprintf(s->json, "\"gbs\": null, \"pct_copy\": null, \"gflops\": %.3f}", gfl);

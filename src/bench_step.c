@@ -52,16 +52,6 @@ static double median_sorted(double *v, int n) {
   return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
 static void json_number(FILE *f, double v, const char *fmt) {
   if (isfinite(v)) fprintf(f, fmt, v);
   else fputs("null", f);
@@ -417,7 +407,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
             psteps, prof_wall * 1e3, dev, gemm_ms);
     for (int i = 0; i < nops; i++) {
       fprintf(json, "%s\n      {\"name\": ", i ? "," : "");
-      json_string(json, ops[i].name);
+      cf_json_string(json, ops[i].name);
       fprintf(json, ", \"calls\": %.2f, \"ms\": %.4f, \"share\": %.4f}", (double)ops[i].calls / psteps, ops[i].ms,
               ops[i].ms / dev);
     }

@@ -102,14 +102,6 @@ static int parse_int(const char *what, const char *s, int lo, int hi, int *out) 
   return 1;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++)  /* drivers' strings, JSON-escaped */
-    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s >= 0x20) fputc(*s, f);
-  fputc('"', f);
-}
-
 static void host_cpu(char *out, size_t n) {
   snprintf(out, n, "unknown");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -179,14 +171,14 @@ int cmd_bench(int argc, char **argv) {
     char cpu[256];
     host_cpu(cpu, sizeof cpu);
     fprintf(json, "{\n  \"schema\": 1,\n  \"clformer_version\": \"%s\",\n  \"host\": {\"cpu\": ", CLFORMER_VERSION);
-    json_str(json, cpu);
+    cf_json_string(json, cpu);
     fprintf(json, ", \"cpus\": %ld},\n  \"device\": {", sysconf(_SC_NPROCESSORS_ONLN));
     const char *keys[] = {"name", "platform", "platform_version", "driver", "type"};
     const char *vals[] = {d->name, d->platform_name, d->platform_version, d->driver_version,
                           cf_device_type_str(d->type)};
     for (int k = 0; k < 5; k++) {
       fprintf(json, "\"%s\": ", keys[k]);
-      json_str(json, vals[k]);
+      cf_json_string(json, vals[k]);
       fputs(", ", json);
     }
     fprintf(json, "\"compute_units\": %u, \"kernel_shapes\": \"%s\"}", d->compute_units,

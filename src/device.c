@@ -203,36 +203,25 @@ void cf_device_print_table(FILE *f, const cf_device_info *l, int count, int auto
   }
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 void cf_device_print_json(FILE *f, const cf_device_info *l, int count, int auto_index) {
   fprintf(f, "{\n  \"auto\": \"%d:%d\",\n  \"devices\": [\n", auto_index >= 0 ? l[auto_index].platform_index : -1,
           auto_index >= 0 ? l[auto_index].device_index : -1);
   for (int i = 0; i < count; i++) {
     fprintf(f, "    {\"id\": \"%d:%d\", \"platform\": ", l[i].platform_index, l[i].device_index);
-    json_str(f, l[i].platform_name);
+    cf_json_string(f, l[i].platform_name);
     fputs(", \"platform_version\": ", f);
-    json_str(f, l[i].platform_version);
+    cf_json_string(f, l[i].platform_version);
     fputs(", \"name\": ", f);
-    json_str(f, l[i].name);
+    cf_json_string(f, l[i].name);
     fputs(", \"vendor\": ", f);
-    json_str(f, l[i].vendor);
+    cf_json_string(f, l[i].vendor);
     fprintf(f, ", \"type\": \"%s\", \"compute_units\": %u, \"clock_mhz\": %u, \"global_mem_bytes\": %llu, "
                "\"local_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, \"max_work_group_size\": %zu, \"opencl_c_version\": ",
             cf_device_type_str(l[i].type), l[i].compute_units, l[i].clock_mhz, l[i].global_mem, l[i].local_mem,
             l[i].max_alloc, l[i].max_work_group);
-    json_str(f, l[i].opencl_c_version);
+    cf_json_string(f, l[i].opencl_c_version);
     fputs(", \"driver_version\": ", f);
-    json_str(f, l[i].driver_version);
+    cf_json_string(f, l[i].driver_version);
     fprintf(f, ", \"fp16\": %s, \"fp64\": %s, \"auto\": %s}%s\n", l[i].fp16 ? "true" : "false",
             l[i].fp64 ? "true" : "false", i == auto_index ? "true" : "false", i + 1 < count ? "," : "");
   }

@@ -83,6 +83,8 @@ struct cf_context {
 cf_status cf_read_file(const char *path, char **text, size_t *len);
 /* Write a file atomically: a temporary beside it, fsync, rename. */
 cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
+/* s as a JSON string literal (quotes, backslashes and control characters escaped). */
+void cf_json_string(FILE *f, const char *s);
 /* mkdir -p */
 cf_status cf_mkdirs(const char *path);
 /* Cache housekeeping (src/cache.c): mark an entry used (a hit), and prune with the default limits
