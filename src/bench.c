@@ -85,16 +85,6 @@ typedef struct bench {
 /* One timed op: runs the op once (it may enqueue several kernels). */
 typedef cf_status (*bench_fn)(bench *s);
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Median seconds per call of fn, after warm-up. */
 static cf_status time_op(bench *s, bench_fn fn, double *sec) {
   CF_TRY(fn(s));  /* builds the program */
@@ -117,7 +107,7 @@ static cf_status time_op(bench *s, bench_fn fn, double *sec) {
     if (st != CF_OK) { free(v); return st; }
     v[r] = (cf_now() - t0) / batch;
   }
-  *sec = median(v, s->repeat);
+  *sec = cf_median(v, s->repeat);
   free(v);
   return CF_OK;
 }
@@ -373,7 +363,7 @@ static cf_status measure_copy(bench *s, double *event_gbs) {
       if (err != CL_SUCCESS) { free(v); return cf_report(err, "timing a copy by its event", __FILE__, __LINE__, NULL); }
       v[r] = (double)(t1 - t0) * 1e-9;
     }
-    *event_gbs = 2.0 * n * 4 / median(v, s->repeat) * 1e-9;
+    *event_gbs = 2.0 * n * 4 / cf_median(v, s->repeat) * 1e-9;
     free(v);
   }
   cf_buffer_free(s->copy_src);

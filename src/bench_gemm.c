@@ -163,16 +163,6 @@ static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands
   return CF_OK;
 }
 
-static double median_of(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---------- the device's FMA peak ---------- */
 
 static cf_status fma_peak(cf_context *ctx, double *gflops) {
@@ -203,7 +193,7 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
     v[nv++] = g;
   }
   cf_buffer_free(out);
-  *gflops = nv ? median_of(v, nv) : 0;
+  *gflops = nv ? cf_median(v, nv) : 0;
   return st;
 }
 
@@ -321,7 +311,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
     if (st != CF_OK) break;
     double stats[NIMPL][3];
     for (int impl = 0; impl < nimpl; impl++) {
-      stats[impl][0] = med[impl][si] = median_of(v[impl], BENCH_GEMM_REPEAT);
+      stats[impl][0] = med[impl][si] = cf_median(v[impl], BENCH_GEMM_REPEAT);
       stats[impl][1] = v[impl][0];
       stats[impl][2] = v[impl][BENCH_GEMM_REPEAT - 1];
     }
@@ -350,8 +340,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
     }
   }
   if (st == CF_OK) {
-    double m[NIMPL], mr_clb = median_of(ratio_clb, nsh), mr_blas = have_blas ? median_of(ratio_blas, nsh) : NAN;
-    for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? median_of(med[impl], nsh) : NAN;
+    double m[NIMPL], mr_clb = cf_median(ratio_clb, nsh), mr_blas = have_blas ? cf_median(ratio_blas, nsh) : NAN;
+    for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
     fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/%s %.2fx", nsh,
             tuned ? "tuned clblast" : "untuned clblast", m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
             tuned ? "tuned clblast" : "untuned clblast", mr_clb);

@@ -42,16 +42,6 @@
 #define MAX_OPS 128
 #define MAX_STEPS 10000
 
-static double median_sorted(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void json_number(FILE *f, double v, const char *fmt) {
   if (isfinite(v)) fprintf(f, fmt, v);
   else fputs("null", f);
@@ -333,7 +323,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
     if (cv[i] < cmin) cmin = cv[i];
     if (cv[i] > cmax) cmax = cv[i];
   }
-  double cmed = median_sorted(cv, nc), tps = N / cmed, gfl = flops / cmed * 1e-9;
+  double cmed = cf_median(cv, nc), tps = N / cmed, gfl = flops / cmed * 1e-9;
   fprintf(out, "\nstep time over %d steps after %d warm-up: median %.2f ms [min %.2f, max %.2f]\n", nc, warmup,
           cmed * 1e3, cmin * 1e3, cmax * 1e3);
   fprintf(out, "throughput: %.0f tokens/s, %.1f GFLOP/s (%.3f GFLOP per step in matrix products)\n", tps, gfl,
@@ -374,7 +364,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
       if (tv[i] < tmin) tmin = tv[i];
       if (tv[i] > tmax) tmax = tv[i];
     }
-    tmed = median_sorted(tv, nt);
+    tmed = cf_median(tv, nt);
     ratio = tmed / cmed;
     info_field(tc.info, "torch_version", tver, sizeof tver);
     info_field(tc.info, "threads", tthreads, sizeof tthreads);

@@ -93,14 +93,3 @@ cf_status cf_mkdirs(const char *path) {
   if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return CF_FAIL(CF_ERR_IO, "%s is not a directory", path);
   return CF_OK;
 }
-
-void cf_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}

@@ -83,6 +83,8 @@ struct cf_context {
 cf_status cf_read_file(const char *path, char **text, size_t *len);
 /* Write a file atomically: a temporary beside it, fsync, rename. */
 cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
+/* The median of v[0..n) (sorting v in place; NaN when n == 0): the benchmarks' statistic. */
+double cf_median(double *v, int n);
 /* s as a JSON string literal (quotes, backslashes and control characters escaped). */
 void cf_json_string(FILE *f, const char *s);
 /* mkdir -p */

@@ -255,16 +255,6 @@ static cf_status time_impl(cf_context *ctx, int mode, size_t s_direct, const cf_
   return CF_OK;
 }
 
-static double med5(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Seconds per call of one shape: ours, CLBlast's direct kernel, CLBlast's indirect kernel
  * (interleaved samples, order rotating, medians of 5). s_direct: an XGEMM_MIN_INDIRECT_SIZE that
  * sends this shape to the direct kernel. */
@@ -292,7 +282,7 @@ static cf_status measure_shape(cf_context *ctx, const cf_gemm_shape *s, size_t s
   cf_buffer_free(B);
   cf_buffer_free(C);
   if (st != CF_OK) return st;
-  for (int i = 0; i < NMODES; i++) sec[i] = med5(v[i], 5);
+  for (int i = 0; i < NMODES; i++) sec[i] = cf_median(v[i], 5);
   return CF_OK;
 }
 
