@@ -37,15 +37,23 @@ __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B
     }
   } else {  // B (N, K): column n of op(B) is row n of B
     __global const float *col = b + (size_t)n0 * ldb + k0;
-    if (nn == GEMM_NR && kn == 16) {  // gather each row of the block from the 32 rows of B
-#define PACK_G(j) col[(j) * ldb + k]
-#define PACK_ROW(o)                                                                                       \
-  (float16)(PACK_G(o + 0), PACK_G(o + 1), PACK_G(o + 2), PACK_G(o + 3), PACK_G(o + 4), PACK_G(o + 5),    \
-            PACK_G(o + 6), PACK_G(o + 7), PACK_G(o + 8), PACK_G(o + 9), PACK_G(o + 10), PACK_G(o + 11), \
-            PACK_G(o + 12), PACK_G(o + 13), PACK_G(o + 14), PACK_G(o + 15))
-      for (uint k = 0; k < 16; k++) {
-        vstore16(PACK_ROW(0), 0, p + k * GEMM_NR);
-        vstore16(PACK_ROW(16), 1, p + k * GEMM_NR);
+    if (nn == GEMM_NR && kn == 16) {
+      // 4 x 4 blocks transposed in registers: each row of B is read as whole vectors (one cache
+      // line for 16 k), never gathered a float at a time, which with rows 4 KiB apart made every
+      // gathered float a fresh L1 miss (the 32 rows share one cache set).
+      for (uint j = 0; j < GEMM_NR; j += 4) {
+        __global const float *r = col + (size_t)j * ldb;
+        for (uint kb = 0; kb < 16; kb += 4) {
+          float4 r0 = vload4(0, r + kb), r1 = vload4(0, r + ldb + kb), r2 = vload4(0, r + 2 * ldb + kb),
+                 r3 = vload4(0, r + 3 * ldb + kb);
+          float4 lo01 = shuffle2(r0, r1, (uint4)(0, 4, 1, 5)), hi01 = shuffle2(r0, r1, (uint4)(2, 6, 3, 7));
+          float4 lo23 = shuffle2(r2, r3, (uint4)(0, 4, 1, 5)), hi23 = shuffle2(r2, r3, (uint4)(2, 6, 3, 7));
+          __global float *d = p + kb * GEMM_NR + j;
+          vstore4(shuffle2(lo01, lo23, (uint4)(0, 1, 4, 5)), 0, d);
+          vstore4(shuffle2(lo01, lo23, (uint4)(2, 3, 6, 7)), 0, d + GEMM_NR);
+          vstore4(shuffle2(hi01, hi23, (uint4)(0, 1, 4, 5)), 0, d + 2 * GEMM_NR);
+          vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);
+        }
       }
     } else {
       for (uint k = 0; k < kn; k++)
