@@ -63,22 +63,33 @@ __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B
 }
 
 // P (batch, ceil(M/12), K, 12) = op(A) = A^T as 12-row panels, A (batch, K, M); rows past M are zero.
-// global: (ceil(K/256), ceil(M/12), batch)
+// An item packs 4 panels over 64 k: per k it reads 48 consecutive floats of A's row k (whole cache
+// lines, each read once) and writes 12 to each panel. global: (ceil(K/64), ceil(M/48), batch)
 __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *A, uint a_off, uint K, uint M,
                            uint lda, uint stride_a, uint stride_p) {
-  uint k0 = 256 * get_global_id(0), tm = get_global_id(1), bi = get_global_id(2);
-  uint m0 = GEMM_MR * tm;
-  if (k0 >= K || m0 >= M) return;
-  uint kn = min(256u, K - k0), mn = min((uint)GEMM_MR, M - m0);
-  __global const float *a = A + a_off + (size_t)bi * stride_a + (size_t)k0 * lda + m0;
-  __global float *p = P + p_off + (size_t)bi * stride_p + (size_t)tm * K * GEMM_MR + (size_t)k0 * GEMM_MR;
-  for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
-    if (mn == GEMM_MR) {
-      vstore8(vload8(0, a), 0, p);
-      vstore4(vload4(0, a + 8), 0, p + 8);
-    } else {
-      for (uint i = 0; i < GEMM_MR; i++) p[i] = i < mn ? a[i] : 0.0f;
+  uint k0 = 64 * get_global_id(0), tm0 = 4 * get_global_id(1), bi = get_global_id(2);
+  if (k0 >= K || GEMM_MR * tm0 >= M) return;
+  uint kn = min(64u, K - k0), tiles = min(4u, (M - GEMM_MR * tm0 + GEMM_MR - 1) / GEMM_MR);
+  __global const float *a = A + a_off + (size_t)bi * stride_a + (size_t)k0 * lda + GEMM_MR * tm0;
+  __global float *p = P + p_off + (size_t)bi * stride_p + (size_t)tm0 * K * GEMM_MR + (size_t)k0 * GEMM_MR;
+  size_t panel = (size_t)K * GEMM_MR;
+  if (tiles == 4 && GEMM_MR * (tm0 + 4) <= M) {
+    for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
+      float16 x = vload16(0, a), y = vload16(1, a), z = vload16(2, a);
+      vstore8(x.lo, 0, p);
+      vstore4(x.s89ab, 0, p + 8);
+      vstore4(x.scdef, 0, p + panel);
+      vstore8(y.lo, 0, p + panel + 4);
+      vstore8(y.hi, 0, p + 2 * panel);
+      vstore4(z.s0123, 0, p + 2 * panel + 8);
+      vstore8(z.s456789ab, 0, p + 3 * panel);
+      vstore4(z.scdef, 0, p + 3 * panel + 8);
     }
+  } else {
+    uint mn = M - GEMM_MR * tm0;
+    for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR)
+      for (uint t = 0; t < tiles; t++)
+        for (uint i = 0; i < GEMM_MR; i++) p[t * panel + i] = t * GEMM_MR + i < mn ? a[t * GEMM_MR + i] : 0.0f;
   }
 }
 

@@ -357,7 +357,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_uint(&L, (unsigned)lda);
     cf_arg_uint(&L, (unsigned)stride_a);
     cf_arg_uint(&L, (unsigned)per_a);
-    size_t global[3] = {(K + 255) / 256, tiles, batch}, local[3] = {1, 1, 1};
+    size_t global[3] = {(K + 63) / 64, (tiles + 3) / 4, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
   size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));

@@ -175,6 +175,10 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
   run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 0, 300, 40, 50, 1, 1.0f, 0.5f);
+  /* packed A^T in groups of four 12-row panels over 64-k blocks: two whole groups, one of a single
+   * partial panel, K = 2 * 64 + 2, batched */
+  run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
   /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
   tight = 1;
   for (int t = 0; t < 4; t++) {
