@@ -11,9 +11,10 @@
  * (NN: T, HS, T) and dk = datt^T q (TN: T, HS, T).
  *
  * Timing: one sample is the wall-clock time of a run of calls (as many as make ~2 ms, the same
- * count for every implementation) between clFinish, divided by the count; samples of the
- * implementations are interleaved (order rotating), so the machine's drift hits all alike; we
- * report the median and the extremes of `BENCH_GEMM_REPEAT` samples after warm-up.
+ * count for every implementation) between clFinish, divided by the count, after one untimed
+ * call; samples of the implementations are interleaved (order rotating), so the machine's drift
+ * hits all alike; we report the median and the extremes of `BENCH_GEMM_REPEAT` samples after
+ * warm-up.
  *
  * OpenBLAS is loaded at run time (dlopen "libopenblas.so.0"), so no build dependency exists.
  * OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the environment while it loads (it
@@ -152,9 +153,15 @@ static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operan
                               cf_at(o->B, 0), o->ldb, o->nb, s->beta, cf_at(o->C, 0), o->ldc, o->nc, s->batch);
 }
 
-/* Seconds per call over a run of `calls` calls. */
+/* Seconds per call over a run of `calls` calls, after one untimed call of the same implementation:
+ * the run before may have been another implementation's, whose threads are still spinning (OpenBLAS,
+ * for a quarter millisecond) or have gone to sleep (PoCL's wake after an idle gap), and the lead-in
+ * absorbs either, the same way for every implementation. (With --vs-blas, whichever implementation
+ * followed OpenBLAS in the rotation, ours two times in three, ran in its spin: the lead-in raised our
+ * median 3-4% there, OpenBLAS's 0-6%.) */
 static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl, int calls,
                         double *sec) {
+  CF_TRY(run_once(ctx, impl, s, o, bl));
   CF_TRY(cf_context_finish(ctx));
   double t0 = cf_now();
   for (int i = 0; i < calls; i++) CF_TRY(run_once(ctx, impl, s, o, bl));
@@ -254,7 +261,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
   if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
   else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
-  fprintf(out, "timing: wall-clock around runs of calls between clFinish; GFLOP/s median [min-max] of %d samples\n\n",
+  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after an untimed call; GFLOP/s median [min-max] of %d samples\n\n",
           BENCH_GEMM_REPEAT);
   fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
           tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
