@@ -46,20 +46,6 @@ cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_me
 cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
                                                float scale, cf_attn_dropout drop);
 
-/* Until src/bench_gemm.c is in the tree: a weak stand-in. Compiled out as soon as that file exists,
- * because a static archive never extracts a member to override a weak definition it already has
- * (after adding bench_gemm.c, rebuild this file: make's dependencies do not see __has_include). */
-#if !__has_include("bench_gemm.c")
-__attribute__((weak)) cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE *json) {
-  (void)ctx;
-  (void)cfg;
-  (void)vs_blas;
-  printf("bench gemm: not built into this binary\n");
-  if (json) fputs("{\"error\": \"not built\"}", json);
-  return CF_OK;
-}
-#endif
-
 enum { BENCH_N = 4096, BENCH_T = 128, BENCH_NH = 8, BENCH_MAXC = 1024, BENCH_COPY_FLOATS = 16 << 20 };
 
 typedef struct bench {
@@ -339,7 +325,7 @@ static cf_status fill_random(cf_context *ctx, cl_mem m, size_t n, float lo, floa
 
 static cf_status measure_copy(bench *s, double *event_gbs) {
   size_t n = BENCH_COPY_FLOATS;
-  double sec;
+  double sec = 0;
   CF_TRY(cf_buffer_create(s->ctx, n * 4, &s->copy_src));
   CF_TRY(cf_buffer_create(s->ctx, n * 4, &s->copy_dst));
   CF_TRY(cf_fill(s->ctx, cf_at(s->copy_src, 0), 1.0f, n));

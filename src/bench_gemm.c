@@ -41,7 +41,7 @@
 #include "clformer/bench.h"
 #include "internal.h"
 
-#define BENCH_GEMM_REPEAT 11
+#define BENCH_GEMM_REPEAT 11  /* samples per shape and implementation unless the caller asks for more */
 #define BENCH_GEMM_MAX_SHAPES 32
 
 typedef cf_gemm_shape gemm_shape;
@@ -242,7 +242,8 @@ static void json_num(FILE *f, const char *key, double v) {
   else fprintf(f, "\"%s\": null", key);
 }
 
-cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE *json) {
+cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *json) {
+  if (repeat <= 0) repeat = BENCH_GEMM_REPEAT;
   FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
   const cf_device_info *d = cf_context_device(ctx);
   gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
@@ -262,28 +263,26 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
   else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
   fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after an untimed call; GFLOP/s median [min-max] of %d samples\n\n",
-          BENCH_GEMM_REPEAT);
+          repeat);
   fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
           tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
   if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
   fprintf(out, "\n");
   if (json) {
-    fprintf(json, "{\n    \"device\": \"");
-    for (const char *c = d->name; *c; c++)
-      if (*c == '"' || *c == '\\') fprintf(json, "\\%c", *c);
-      else if ((unsigned char)*c >= 0x20) fputc(*c, json);
-    fprintf(json, "\",\n    ");
+    fprintf(json, "{\n    \"device\": ");
+    cf_json_string(json, d->name);
+    fprintf(json, ",\n    ");
     json_num(json, "peak_gflops", peak);
     if (have_blas) fprintf(json, ",\n    \"openblas\": {\"core\": \"%s\", \"threads\": %d}", bl.core, bl.threads);
     else fprintf(json, ",\n    \"openblas\": null");
-    if (tuned) {  /* the kernel names, numbers and '=' need no escaping; the path might */
-      fprintf(json, ",\n    \"clblast_tuning\": {\"applied\": \"%s\", \"file\": \"", tuning);
-      for (const char *c = tpath; *c; c++)
-        if (*c == '"' || *c == '\\') fprintf(json, "\\%c", *c);
-        else if ((unsigned char)*c >= 0x20) fputc(*c, json);
-      fprintf(json, "\"}");
+    if (tuned) {
+      fprintf(json, ",\n    \"clblast_tuning\": {\"applied\": ");
+      cf_json_string(json, tuning);
+      fprintf(json, ", \"file\": ");
+      cf_json_string(json, tpath);
+      fprintf(json, "}");
     } else fprintf(json, ",\n    \"clblast_tuning\": null");
-    fprintf(json, ",\n    \"repeat\": %d,\n    \"shapes\": [", BENCH_GEMM_REPEAT);
+    fprintf(json, ",\n    \"repeat\": %d,\n    \"shapes\": [", repeat);
   }
 
   double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
@@ -306,22 +305,25 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE
     if (st != CF_OK) { operands_free(&o); break; }
     calls = slow >= 2e-3 ? 1 : (int)ceil(2e-3 / (slow > 1e-7 ? slow : 1e-7));
     if (calls > 200) calls = 200;
-    double v[NIMPL][BENCH_GEMM_REPEAT];
-    for (int r = 0; r < BENCH_GEMM_REPEAT && st == CF_OK; r++)
+    double *v = malloc(sizeof(double) * NIMPL * (size_t)repeat);  /* v[impl * repeat + r] */
+    if (!v) st = CF_FAIL(CF_ERR_NO_MEMORY, "bench gemm: %d samples", repeat);
+    for (int r = 0; r < repeat && st == CF_OK; r++)
       for (int j = 0; j < nimpl && st == CF_OK; j++) {
         int impl = (j + r) % nimpl;
         double t = 0;
         st = sample(ctx, impl, s, &o, &bl, calls, &t);
-        v[impl][r] = flops / t * 1e-9;
+        v[impl * repeat + r] = flops / t * 1e-9;
       }
     operands_free(&o);
-    if (st != CF_OK) break;
+    if (st != CF_OK) { free(v); break; }
     double stats[NIMPL][3];
     for (int impl = 0; impl < nimpl; impl++) {
-      stats[impl][0] = med[impl][si] = cf_median(v[impl], BENCH_GEMM_REPEAT);
-      stats[impl][1] = v[impl][0];
-      stats[impl][2] = v[impl][BENCH_GEMM_REPEAT - 1];
+      double *vi = v + impl * repeat;
+      stats[impl][0] = med[impl][si] = cf_median(vi, repeat);  /* sorts vi */
+      stats[impl][1] = vi[0];
+      stats[impl][2] = vi[repeat - 1];
     }
+    free(v);
     ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
     ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
     char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};

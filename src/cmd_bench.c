@@ -78,7 +78,8 @@ static const char *usage =
     "                    go to stderr): {schema, clformer_version, host, device: {name, platform,\n"
     "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
     "                    documented at the top of src/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
-    "  --repeat N        `kernels`: timed samples per kernel, the median reported (default 20)\n"
+    "  --repeat N        timed samples, the median reported: per kernel (`kernels`, default 20), per\n"
+    "                    GEMM shape and implementation (`gemm`, default 11)\n"
     "  --only NAMES      `kernels`: only the kernels whose name contains one of NAMES (comma-separated)\n"
     "  --vs-blas         `gemm`: also time OpenBLAS on the host\n"
     "  --steps N         `step`: timed steps (default 20, at least 10)\n"
@@ -124,7 +125,7 @@ int cmd_bench(int argc, char **argv) {
   double t_start = cf_now();
   const char *what = NULL, *spec = NULL, *config = NULL, *json_path = NULL, *only = NULL;
   char *sets[256];
-  int nsets = 0, repeat = 20, vs_blas = 0;
+  int nsets = 0, repeat = 0, vs_blas = 0;  /* repeat 0: each benchmark's own default */
   cf_bench_step_options so = {20, 3, 3, 0, 0, NULL, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -198,7 +199,7 @@ int cmd_bench(int argc, char **argv) {
   if (st == CF_OK && gemm) {
     if (kernels) fputc('\n', json == stdout ? stderr : stdout);
     if (json) fprintf(json, ",\n  \"gemm\": ");
-    st = cf_bench_gemm(ctx, &cfg, vs_blas, json);
+    st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, json);
   }
   if (st == CF_OK && step) {
     if (kernels || gemm) fputc('\n', json == stdout ? stderr : stdout);

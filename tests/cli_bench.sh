@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `clformer bench`: step, kernels --only and --json produce well-formed JSON with the documented
+# `clformer bench`: step, kernels --only, gemm --repeat and --json produce well-formed JSON with the documented
 # fields (schema at the top of src/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
 # refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
 bin=$1; src=$2
@@ -75,6 +75,29 @@ else bad "bench kernels --json - rc=$rc missing: $miss"; fi
 out=$("$bin" bench kernels --only adam --repeat 3 --json "$tmp/k.json" 2>&1); rc=$?
 miss=$(check_json "$tmp/k.json" kernels 2>&1)
 if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; else bad "bench kernels rc=$rc missing: $miss"; echo "$out"; fi
+
+# bench gemm: the model's 21 shapes (15 linear, 6 batched attention), --repeat samples each, ratios
+# that are the medians' ratios, min <= median <= max; the JSON alone on stdout
+"$bin" bench gemm "${small[@]}" --repeat 3 --json - >"$tmp/g.json" 2>"$tmp/g.err"; rc=$?
+miss=$("$py" - "$tmp/g.json" <<'EOF'
+import json, sys
+g = json.load(open(sys.argv[1]))["gemm"]
+bad = []
+if g["repeat"] != 3: bad.append("repeat %r" % g["repeat"])
+sh = g["shapes"]
+if len(sh) != 21 or sum(s["batch"] > 1 for s in sh) != 6: bad.append("%d shapes" % len(sh))
+for s in sh:
+    for impl in ("own", "clblast"):
+        v = s[impl]
+        if not (0 < v["min"] <= v["median"] <= v["max"]): bad.append(s["name"] + " " + impl + " min/median/max")
+    if abs(s["own_vs_clblast"] - s["own"]["median"] / s["clblast"]["median"]) > 2e-3 * s["own_vs_clblast"]:
+        bad.append(s["name"] + " ratio")
+    if s["flops"] != 2 * s["M"] * s["N"] * s["K"] * s["batch"]: bad.append(s["name"] + " flops")
+print(" ".join(bad))
+EOF
+)
+if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* ]]; then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios"
+else bad "bench gemm --repeat 3 rc=$rc: $miss"; head -5 "$tmp/g.err"; fi
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?
 if [[ $rc -eq 2 ]]; then ok "--steps below 10 refused"; else bad "--steps 3 gave rc=$rc"; fi

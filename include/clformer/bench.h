@@ -21,7 +21,7 @@ int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *out);
 /* `bench gemm`: every GEMM shape the config's model issues (forward, both backward products, the
  * batched attention products) with each available implementation, plus the device's measured FMA
  * peak. Prints a table; appends a JSON object to json when not NULL. vs_blas: also OpenBLAS. */
-cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, FILE *json);
+cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *json);
 
 /* `bench step`: a full training step of the config's model; see src/bench_step.c for the method. */
 typedef struct cf_bench_step_options {
