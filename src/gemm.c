@@ -289,8 +289,8 @@ done:
 
 /* ---------- our kernels ---------- */
 
-#define OWN_MR 12  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
-#define OWN_NR 32
+#define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
+#define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
@@ -316,17 +316,18 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  /* A^T is read in place by gemm_at when its rows are short (at most 1 KiB apart) and C has few column
-   * panels, else packed (measured on Zen 5: in place was 1.5x faster on 64 x 64 x 64 attention
-   * products and 2-10% on 256 x 256 x 1024, 13% slower with rows 4 KiB apart); M < 12 always packs */
-  int a_inplace = trans_a && M >= OWN_MR && lda <= 256 && panels <= 8;
+  /* A^T is read in place by gemm_at when its rows are short (at most 1 KiB apart) and C is at most 256
+   * columns wide, else packed (measured on Zen 5 with 12 x 32 tiles: in place was 1.5x faster on
+   * 64 x 64 x 64 attention products and 2-10% on 256 x 256 x 1024, 13% slower with rows 4 KiB apart);
+   * M < 6 always packs */
+  int a_inplace = trans_a && M >= OWN_MR && lda <= 256 && N <= 256;
   int pack_b = !((!trans_b && N % OWN_NR == 0) || K == 0), pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
   cl_mem buf = NULL;
   if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
   cf_mem Ap = A, Bp = B;
   size_t lda_k = lda, sap = stride_a, b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
-  if (pack_b) {  /* op(B) as zero-padded K x 32 panels */
+  if (pack_b) {  /* op(B) as zero-padded K x 64 panels */
     Bp = cf_at(buf, 0);
     b_ld = OWN_NR;
     b_panel = OWN_NR * K;
@@ -344,7 +345,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     size_t global[3] = {(K + 15) / 16, panels, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
-  if (pack_a) {  /* op(A) = A^T as zero-padded K x 12 panels (lda 12 tells gemm_at) */
+  if (pack_a) {  /* op(A) = A^T as zero-padded K x 6 panels (lda 6 tells gemm_at) */
     Ap = cf_at(buf, per_b * batch);
     lda_k = OWN_MR;
     sap = per_a;
@@ -357,7 +358,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_uint(&L, (unsigned)lda);
     cf_arg_uint(&L, (unsigned)stride_a);
     cf_arg_uint(&L, (unsigned)per_a);
-    size_t global[3] = {(K + 63) / 64, (tiles + 3) / 4, batch}, local[3] = {1, 1, 1};
+    size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
   size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));

@@ -1,5 +1,5 @@
 /* GEMM against the double reference, for both implementations (CLBlast and our own kernels):
- * all transpose forms, sizes at the edges of our 12 x 32 register tiles, K past 1000 (several
+ * all transpose forms, sizes at the edges of our 6 x 64 register tiles, K past 1000 (several
  * tile groups), offsets, padded rows and matrices that must stay untouched, alpha/beta (beta 0
  * over a NaN-poisoned C), the strided-batched form with odd strides, the choice of
  * implementation by $CLFORMER_GEMM, and run-to-run bit equality. Relative error in the
@@ -149,8 +149,9 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 64, 64, 16, 12, 0.25f, 0.0f);
   run_case(ctx, impl, r, 0, 0, 33, 16, 33, 5, 1.0f, 1.0f);
 
-  /* edges of the 12-row, 32-column tiles: every (M, N) pair, K and the transposes cycling */
-  const size_t edge[] = {1, 11, 12, 13, 31, 32, 33, 95, 97};
+  /* edges of the 6-row, 64-column tiles (and of 12 x 32, the tiles before): every (M, N) pair, K and
+   * the transposes cycling */
+  const size_t edge[] = {1, 5, 6, 7, 13, 31, 33, 63, 64, 65, 97, 129};
   const size_t ne = sizeof edge / sizeof *edge;
   for (size_t i = 0; i < ne; i++)
     for (size_t j = 0; j < ne; j++) {
@@ -169,13 +170,13 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
-  /* A^T read in place by our gemm_at (short rows, few column panels; the last row tile, 250 = 20 * 12 + 10,
+  /* A^T read in place by our gemm_at (short rows, few column panels; the last row tile, 250 = 41 * 6 + 4,
    * slides up over the tile above) and packed (more column panels; longer rows), with beta != 0 */
   run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
   run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 0, 300, 40, 50, 1, 1.0f, 0.5f);
-  /* packed A^T in groups of four 12-row panels over 64-k blocks: two whole groups, one of a single
+  /* packed A^T in groups of eight 6-row panels over 64-k blocks: two whole groups, one of a single
    * partial panel, K = 2 * 64 + 2, batched */
   run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
