@@ -118,6 +118,14 @@ if [[ $rc -eq 0 && "$header" == "| | one | two |" && "$table" == *"| tokens/s |"
    ! grep -qv '^|' <<<"$table"; then ok "compare_bench.py renders two files as one table"
 else bad "compare_bench.py rc=$rc"; echo "$table"; fi
 
+# --vs-torch with a Python that does not exist: a clear error, no temporary config left behind
+before=$(ls /tmp/clformer-bench-* 2>/dev/null | wc -l)
+err=$(CLFORMER_PYTHON=/nonexistent/python3 "$bin" bench step "${small[@]}" --steps 10 --warmup 1 --vs-torch \
+      --torch-script "$src/tools/torch_step.py" 2>&1 >/dev/null); rc=$?
+after=$(ls /tmp/clformer-bench-* 2>/dev/null | wc -l)
+if [[ $rc -ne 0 && "$err" == *"cannot run /nonexistent/python3"* && $after -le $before ]]; then ok "--vs-torch without its Python: clear error"
+else bad "--vs-torch with a missing Python: rc=$rc $err ($before -> $after temporary files)"; fi
+
 torch_py=/usr/bin/python3
 if "$torch_py" -c "import torch, yaml" 2>/dev/null; then
   out=$("$bin" bench step "${small[@]}" --steps 10 --warmup 1 --vs-torch --torch-script "$src/tools/torch_step.py" \
