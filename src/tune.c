@@ -14,11 +14,13 @@
  *    model's products fastest, and per shape ours or CLBlast's (CLBlast kept unless ours is > 3%
  *    faster).
  * The results file (format in src/gemm.c) is read by every later run's first GEMM. */
+#define _GNU_SOURCE  /* posix_spawn_file_actions_addchdir_np (glibc 2.29) */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -28,6 +30,8 @@
 #include "clformer/bench.h"
 #include "clformer/clformer.h"
 #include "internal.h"
+
+extern char **environ;
 
 static int on_path(const char *prog) {
   const char *path = getenv("PATH");
@@ -107,21 +111,32 @@ static int run_tuner(const cf_context *ctx, const char *prog, const char *dir, d
   snprintf(sf, sizeof sf, "%g", fraction);
   snprintf(sr, sizeof sr, "%d", runs);
   fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) return 0;
-  if (pid == 0) {
-    if (chdir(dir)) _exit(127);
-    setpgid(0, 0);
-    dup2(fd[1], 1);
-    dup2(fd[1], 2);
+  /* posix_spawn rather than fork: no copy of this multi-threaded process (PoCL's workers) whose
+   * pages stay write-protected until the exec. The tuner runs in dir, in its own process group (so
+   * the budget's SIGTERM reaches what it starts), its output to our pipe. */
+  int buffered = on_path("stdbuf");  /* its progress arrives as it happens, not when a pipe buffer fills */
+  char *args[] = {"stdbuf", "-oL", (char *)prog, "-platform", sp, "-device", sd, "-precision", "32", "-m", sm, "-n", sn,
+                  "-k", sk, "-fraction", sf, "-runs", sr, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  pid_t pid = 0;
+  int err = posix_spawn_file_actions_init(&fa);
+  if (!err) err = posix_spawnattr_init(&at);
+  if (!err) err = posix_spawn_file_actions_addchdir_np(&fa, dir);
+  if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+  if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+  if (!err) err = posix_spawn_file_actions_addclose(&fa, fd[0]);
+  if (!err && fd[1] > 2) err = posix_spawn_file_actions_addclose(&fa, fd[1]);
+  if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+  if (!err) err = posix_spawnattr_setpgroup(&at, 0);
+  if (!err) err = posix_spawnp(&pid, buffered ? args[0] : prog, &fa, &at, buffered ? args : args + 2, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (err) {
+    cf_log(0, "tune: cannot run %s: %s", prog, strerror(err));
     close(fd[0]);
     close(fd[1]);
-    if (on_path("stdbuf"))  /* its progress arrives as it happens, not when a pipe buffer fills */
-      execlp("stdbuf", "stdbuf", "-oL", prog, "-platform", sp, "-device", sd, "-precision", "32", "-m", sm, "-n", sn,
-             "-k", sk, "-fraction", sf, "-runs", sr, (char *)NULL);
-    execlp(prog, prog, "-platform", sp, "-device", sd, "-precision", "32", "-m", sm, "-n", sn, "-k", sk, "-fraction",
-           sf, "-runs", sr, (char *)NULL);
-    _exit(127);
+    return 0;
   }
   close(fd[1]);
   double start = cf_now(), last = 0;
