@@ -151,7 +151,7 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
 
   /* edges of the 6-row, 64-column tiles (and of 12 x 32, the tiles before): every (M, N) pair, K and
    * the transposes cycling */
-  const size_t edge[] = {1, 5, 6, 7, 13, 31, 33, 63, 64, 65, 97, 129};
+  const size_t edge[] = {1, 5, 6, 7, 11, 12, 13, 31, 32, 33, 63, 64, 65, 97, 129};
   const size_t ne = sizeof edge / sizeof *edge;
   for (size_t i = 0; i < ne; i++)
     for (size_t j = 0; j < ne; j++) {
