@@ -309,6 +309,39 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
   return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
+/* op(A) = A with op(B) to be packed: gemm_an_packed's column strips, each panel split into `parts`
+ * so that the items fill every compute unit evenly (a multiple of their count, at least two per
+ * unit); each item packs its panel into its own scratch region. */
+static cf_status own_gemm_an_packed(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
+                                    size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                                    cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles) {
+  size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, items = panels * batch, parts = 1;
+  while (parts < tiles && parts < 64 && (items * parts < 2 * cus || (items * parts) % cus)) parts++;
+  cl_mem buf;
+  CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "gemm", "gemm_an_packed");
+  cf_arg_mem(&L, C);
+  cf_arg_mem(&L, A);
+  cf_arg_mem(&L, B);
+  cf_arg_buf(&L, buf);
+  cf_arg_uint(&L, (unsigned)M);
+  cf_arg_uint(&L, (unsigned)N);
+  cf_arg_uint(&L, (unsigned)K);
+  cf_arg_uint(&L, (unsigned)lda);
+  cf_arg_uint(&L, (unsigned)ldb);
+  cf_arg_uint(&L, (unsigned)ldc);
+  cf_arg_uint(&L, (unsigned)stride_a);
+  cf_arg_uint(&L, (unsigned)stride_b);
+  cf_arg_uint(&L, (unsigned)stride_c);
+  cf_arg_int(&L, trans_b);
+  cf_arg_uint(&L, (unsigned)parts);
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  size_t global[2] = {panels * parts, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
+}
+
 static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                           cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
@@ -316,6 +349,9 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
+  if (!trans_a && (trans_b || N % OWN_NR) && K > 0)
+    return own_gemm_an_packed(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                              batch, panels, tiles);
   /* A^T is read in place by gemm_at when its rows are short (at most 1 KiB apart) and C is at most 256
    * columns wide, else packed (measured on Zen 5 with 12 x 32 tiles: in place was 1.5x faster on
    * 64 x 64 x 64 attention products and 2-10% on 256 x 256 x 1024, 13% slower with rows 4 KiB apart);
@@ -327,7 +363,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
   cf_mem Ap = A, Bp = B;
   size_t lda_k = lda, sap = stride_a, b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
-  if (pack_b) {  /* op(B) as zero-padded K x 64 panels */
+  if (pack_b) {  /* op(B) as zero-padded K x 64 panels (only for gemm_at: gemm_an_packed packs its own) */
     Bp = cf_at(buf, 0);
     b_ld = OWN_NR;
     b_panel = OWN_NR * K;
