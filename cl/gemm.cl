@@ -195,21 +195,24 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
       uint M, uint N, uint K, uint lda, uint ldc, uint b_ld, uint b_panel, uint stride_a, uint stride_b,   \
       uint stride_c, float alpha, float beta, uint group_m
 
+// The rest of a tile whose op(A) is A (gemm_an, gemm_an_packed): a pointer per row of the tile
+// (rows past M read row M-1; their results are not stored, so the loop has no branches), the k
+// loop, the stores.
+#define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
+#define GEMM_A(i) a##i[k]
+#define GEMM_ASTEP
+#define GEMM_ROWS_TILE    \
+  GEMM_REP(GEMM_ROWPTR)   \
+  GEMM_KLOOP              \
+  GEMM_EPILOGUE
+
 // C (batch, M, N) = A (batch, M, K) op(B), op(B) read in place (B (K, N) with N a multiple of 64:
 // b_ld ldb, b_panel 64) or packed by gemm_pack_b. One tile per item, row tiles grouped.
 // global: (tiles, batch), local (1, 1)
 __kernel void gemm_an(GEMM_ARGS) {
   GEMM_PROLOGUE
   uint r0 = m0;
-  // rows past M read row M-1 (their results are not stored), so the loop has no branches
-#define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
-  GEMM_REP(GEMM_ROWPTR)
-#define GEMM_A(i) a##i[k]
-#define GEMM_ASTEP
-  GEMM_KLOOP
-#undef GEMM_ASTEP
-#undef GEMM_A
-  GEMM_EPILOGUE
+  GEMM_ROWS_TILE
 }
 
 // C (batch, M, N) = A (batch, M, K) op(B) when op(B) must be packed (B^T, or N not a multiple of
@@ -219,11 +222,12 @@ __kernel void gemm_an(GEMM_ARGS) {
 // after another. Measured against gemm_pack_b then gemm_an: 4-19% faster on the model's forward
 // products and 1.6x on the attention's q.k^T (no pack launch, no per-tile work-group start). For
 // a B read in place strips were no faster than gemm_an's grouped tiles (those keep a group of A's
-// rows in cache across panels; a strip streams all of A). global: (panels * parts, batch), local (1, 1)
-__kernel void gemm_an_packed(__global float *C, uint c_off, __global const float *A, uint a_off, __global const float *B,
-                      uint b_off, __global float *S, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
-                      uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts, float alpha,
-                      float beta) {
+// rows in cache across panels; a strip streams all of A).
+// global: (panels * parts, batch), local (1, 1)
+__kernel void gemm_an_packed(__global float *C, uint c_off, __global const float *A, uint a_off,
+                             __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
+                             uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
+                             float alpha, float beta) {
   uint w = get_global_id(0), bi = get_global_id(1);
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;
   uint p = w % nt, part = w / nt;
@@ -240,17 +244,11 @@ __kernel void gemm_an_packed(__global float *C, uint c_off, __global const float
     uint m0 = GEMM_MR * tt, r0 = m0;
     __global const float *bp = panel;
     GEMM_REP(GEMM_ACC)
-    // rows past M read row M-1 (their results are not stored), so the loop has no branches
-#define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
-    GEMM_REP(GEMM_ROWPTR)
-#define GEMM_A(i) a##i[k]
-#define GEMM_ASTEP
-    GEMM_KLOOP
-#undef GEMM_ASTEP
-#undef GEMM_A
-    GEMM_EPILOGUE
+    GEMM_ROWS_TILE
   }
 }
+#undef GEMM_ASTEP
+#undef GEMM_A
 
 // C (batch, M, N) with op(A) = A^T, A (batch, K, M): lda 6 means packed by gemm_pack_at (row
 // tile m0 / 6 is the zero-padded K x 6 panel at m0 * K; the host packs every A^T with M < 6),
