@@ -1,7 +1,7 @@
 // Row-major SGEMM for CPU devices (PoCL): C = alpha * op(A) * op(B) + beta * C, plain and
-// strided-batched. Work-groups of one work-item; each work-item owns a GEMM_MR x 64 tile of C in
-// 4*GEMM_MR float16 accumulators and, per k, loads 64 values of op(B) and broadcasts GEMM_MR
-// values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs. A 6 x 64
+// strided-batched. Work-groups of one work-item; a work-item computes a GEMM_MR x 64 tile of C at
+// a time (gemm_an_packed's a strip of them) in 4*GEMM_MR float16 accumulators and, per k, loads 64
+// values of op(B) and broadcasts GEMM_MR values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs. A 6 x 64
 // tile beat 12 x 32 (the same 24 accumulators) by 5-20% at the model's shapes: half the rows of A
 // to stream and broadcast per k, and row pointers that fit in registers.
 //
@@ -206,8 +206,9 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   GEMM_KLOOP              \
   GEMM_EPILOGUE
 
-// C (batch, M, N) = A (batch, M, K) op(B), op(B) read in place (B (K, N) with N a multiple of 64:
-// b_ld ldb, b_panel 64) or packed by gemm_pack_b. One tile per item, row tiles grouped.
+// C (batch, M, N) = A (batch, M, K) B, B (K, N) read in place (N a multiple of 64: b_ld ldb,
+// b_panel 64; every other op(B) goes to gemm_an_packed, but for K = 0, B unread). One tile per
+// item, row tiles grouped.
 // global: (tiles, batch), local (1, 1)
 __kernel void gemm_an(GEMM_ARGS) {
   GEMM_PROLOGUE
@@ -234,7 +235,7 @@ __kernel void gemm_an_packed(__global float *C, uint c_off, __global const float
   if (part >= parts) return;
   uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);
   __global const float *b = B + b_off + (size_t)bi * stride_b;
-  __global float *panel = S + ((size_t)(bi * parts + part) * nt + p) * GEMM_NR * K;
+  __global float *panel = S + (((size_t)bi * parts + part) * nt + p) * GEMM_NR * K;
   for (uint k0 = 0; k0 < K; k0 += 16) gemm_pack_block(panel + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
   uint b_ld = GEMM_NR;
   __global const float *a = A + a_off + (size_t)bi * stride_a;

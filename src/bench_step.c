@@ -135,9 +135,16 @@ static cf_status torch_start(torch_child *t, const cf_config *cfg, const cf_benc
   cf_config_write(cfg, f);
   fclose(f);
   int in[2], out[2];
-  if (pipe(in) || pipe(out)) {
+  if (pipe(in)) {
     torch_stop(t);
     return CF_FAIL(CF_ERR_IO, "--vs-torch: pipe: %s", strerror(errno));
+  }
+  if (pipe(out)) {
+    int e = errno;
+    close(in[0]);
+    close(in[1]);
+    torch_stop(t);
+    return CF_FAIL(CF_ERR_IO, "--vs-torch: pipe: %s", strerror(e));
   }
   fflush(NULL);
   const char *py = python_path();
@@ -150,15 +157,17 @@ static cf_status torch_start(torch_child *t, const cf_config *cfg, const cf_benc
   posix_spawn_file_actions_t fa;
   pid_t pid = 0;
   int err = posix_spawn_file_actions_init(&fa);
-  if (!err) err = posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  if (!err) err = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  for (int i = 0; i < 2 && !err; i++) {
-    if (in[i] > 1) err = posix_spawn_file_actions_addclose(&fa, in[i]);
-    if (!err && out[i] > 1) err = posix_spawn_file_actions_addclose(&fa, out[i]);
+  if (!err) {
+    err = posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    if (!err) err = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    for (int i = 0; i < 2 && !err; i++) {
+      if (in[i] > 1) err = posix_spawn_file_actions_addclose(&fa, in[i]);
+      if (!err && out[i] > 1) err = posix_spawn_file_actions_addclose(&fa, out[i]);
+    }
+    char *args[] = {(char *)py, script, t->tmp_config, "--serve", "--threads", threads, "--warmup", warm, NULL};
+    if (!err) err = posix_spawnp(&pid, py, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
   }
-  char *args[] = {(char *)py, script, t->tmp_config, "--serve", "--threads", threads, "--warmup", warm, NULL};
-  if (!err) err = posix_spawnp(&pid, py, &fa, NULL, args, environ);
-  posix_spawn_file_actions_destroy(&fa);
   if (err) {
     close(in[0]);
     close(in[1]);
@@ -172,7 +181,9 @@ static cf_status torch_start(torch_child *t, const cf_config *cfg, const cf_benc
   t->pid = pid;
   t->to = fdopen(in[1], "w");
   t->from = fdopen(out[0], "r");
-  if (!t->to || !t->from) {
+  if (!t->to || !t->from) {  /* the raw end fdopen did not take is closed here, so the child sees EOF */
+    if (!t->to) close(in[1]);
+    if (!t->from) close(out[0]);
     torch_stop(t);
     return CF_FAIL(CF_ERR_IO, "--vs-torch: fdopen: %s", strerror(errno));
   }

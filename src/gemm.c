@@ -303,20 +303,26 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
     return 0;
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
   if (tiles > UINT32_MAX / panels) return 0;
-  /* packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start */
+  /* gemm_at's packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start
+   * (gemm_an_packed's per-item copies are sized, and bounded by max_alloc, in own_gemm_an_packed) */
   double per_b = (trans_b || N % OWN_NR) ? (double)panels * OWN_NR * k : 0;
   double per_a = trans_a ? (double)tiles * OWN_MR * k : 0;
   return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
 /* op(A) = A with op(B) to be packed: gemm_an_packed's column strips, each panel split into `parts`
- * so that the items fill every compute unit evenly (a multiple of their count, at least two per
- * unit); each item packs its panel into its own scratch region. */
+ * (each part packs its own copy of the panel) until there are at least two items per compute unit
+ * and, while there are fewer than eight per unit, a multiple of their count, so the units finish
+ * together; never more parts than row tiles or 64, and back to one part if the copies would not fit
+ * in one buffer. */
 static cf_status own_gemm_an_packed(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
                                     size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                                     cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles) {
   size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, items = panels * batch, parts = 1;
-  while (parts < tiles && parts < 64 && (items * parts < 2 * cus || (items * parts) % cus)) parts++;
+  while (parts < tiles && parts < 64 &&
+         (items * parts < 2 * cus || (items * parts < 8 * cus && (items * parts) % cus)))
+    parts++;
+  if (items * parts * OWN_NR * K * sizeof(float) > ctx->info.max_alloc) parts = 1;
   cl_mem buf;
   CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
   cf_launch L;
@@ -442,6 +448,8 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
       !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_CLBLAST;
+  if (K == 0 && own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    use = CF_GEMM_OWN;  /* C = beta C: CLBlast refuses K = 0 (CLBlastInvalidDimension) */
   if (use == CF_GEMM_OWN)
     return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                     batch);

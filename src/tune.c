@@ -121,17 +121,21 @@ static int run_tuner(const cf_context *ctx, const char *prog, const char *dir, d
   posix_spawnattr_t at;
   pid_t pid = 0;
   int err = posix_spawn_file_actions_init(&fa);
-  if (!err) err = posix_spawnattr_init(&at);
-  if (!err) err = posix_spawn_file_actions_addchdir_np(&fa, dir);
-  if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
-  if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
-  if (!err) err = posix_spawn_file_actions_addclose(&fa, fd[0]);
-  if (!err && fd[1] > 2) err = posix_spawn_file_actions_addclose(&fa, fd[1]);
-  if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-  if (!err) err = posix_spawnattr_setpgroup(&at, 0);
-  if (!err) err = posix_spawnp(&pid, buffered ? args[0] : prog, &fa, &at, buffered ? args : args + 2, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
+  if (!err) {
+    err = posix_spawnattr_init(&at);
+    if (!err) {
+      err = posix_spawn_file_actions_addchdir_np(&fa, dir);
+      if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+      if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+      if (!err) err = posix_spawn_file_actions_addclose(&fa, fd[0]);
+      if (!err && fd[1] > 2) err = posix_spawn_file_actions_addclose(&fa, fd[1]);
+      if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+      if (!err) err = posix_spawnattr_setpgroup(&at, 0);
+      if (!err) err = posix_spawnp(&pid, buffered ? args[0] : prog, &fa, &at, buffered ? args : args + 2, environ);
+      posix_spawnattr_destroy(&at);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+  }
   if (err) {
     cf_log(0, "tune: cannot run %s: %s", prog, strerror(err));
     close(fd[0]);

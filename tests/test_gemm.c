@@ -180,8 +180,13 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
    * partial panel, K = 2 * 64 + 2, batched */
   run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
+  /* K = 0: C = beta C in every form, batched */
+  for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 70, 0, 2, 1.0f, 0.5f);
   /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
   tight = 1;
+  /* A^T read in place with lda 6 = M, the value that also means "packed" to gemm_at (one tile: the
+   * same layout either way) */
+  for (int tb = 0; tb < 2; tb++) run_case(ctx, impl, r, 1, tb, 6, 64, 37, 3, 1.0f, 0.5f);
   for (int t = 0; t < 4; t++) {
     run_case(ctx, impl, r, t & 1, t >> 1, 40, 64, 50, 1, 1.0f, t & 1 ? 0.5f : 0.0f);
     run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 20, 3, -0.5f, t >> 1 ? 1.0f : 0.0f);
