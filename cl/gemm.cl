@@ -1,6 +1,6 @@
 // Row-major SGEMM for CPU devices (PoCL): C = alpha * op(A) * op(B) + beta * C, plain and
 // strided-batched. Work-groups of one work-item; a work-item computes a GEMM_MR x 64 tile of C at
-// a time (gemm_an_packed's a strip of them) in 4*GEMM_MR float16 accumulators and, per k, loads 64
+// a time (gemm_an_strips's a strip of them) in 4*GEMM_MR float16 accumulators and, per k, loads 64
 // values of op(B) and broadcasts GEMM_MR values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs. A 6 x 64
 // tile beat 12 x 32 (the same 24 accumulators) by 5-20% at the model's shapes: half the rows of A
 // to stream and broadcast per k, and row pointers that fit in registers.
@@ -8,7 +8,7 @@
 // op(B) is read as 64-column panels: panel p holds columns 64p..64p+63 for every k, row k at
 // b_ld floats after row k-1, panel p at b_panel floats after panel p-1. A non-transposed B whose N
 // is a multiple of 64 is read in place (b_ld ldb, b_panel 64); any other op(B) is packed into
-// zero-padded panels (b_ld 64): by gemm_an_packed's items themselves, one panel each, or for
+// zero-padded panels (b_ld 64): by gemm_an_strips's items themselves, one panel each, or for
 // gemm_at by gemm_pack_b. A transposed A (K, M) is either read in place, row k of a tile's op(A)
 // being 6 consecutive floats of A's row k, or packed by gemm_pack_at into K x 6 panels (the
 // host's choice: in place a tile touches a cache line, for a long row a page, per k for 6 values,
@@ -195,7 +195,7 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
       uint M, uint N, uint K, uint lda, uint ldc, uint b_ld, uint b_panel, uint stride_a, uint stride_b,   \
       uint stride_c, float alpha, float beta, uint group_m
 
-// The rest of a tile whose op(A) is A (gemm_an, gemm_an_packed): a pointer per row of the tile
+// The rest of a tile whose op(A) is A (gemm_an, gemm_an_strips): a pointer per row of the tile
 // (rows past M read row M-1; their results are not stored, so the loop has no branches), the k
 // loop, the stores.
 #define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
@@ -207,7 +207,7 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   GEMM_EPILOGUE
 
 // C (batch, M, N) = A (batch, M, K) B, B (K, N) read in place (N a multiple of 64: b_ld ldb,
-// b_panel 64; every other op(B) goes to gemm_an_packed, but for K = 0, B unread). One tile per
+// b_panel 64), for K > 512 (and K = 0: B unread); the rest goes to gemm_an_strips. One tile per
 // item, row tiles grouped.
 // global: (tiles, batch), local (1, 1)
 __kernel void gemm_an(GEMM_ARGS) {
@@ -216,16 +216,17 @@ __kernel void gemm_an(GEMM_ARGS) {
   GEMM_ROWS_TILE
 }
 
-// C (batch, M, N) = A (batch, M, K) op(B) when op(B) must be packed (B^T, or N not a multiple of
-// 64), by column strips: item w packs column panel p = w % panels of op(B) into its own region of S
-// (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K), where it stays in cache, then
-// computes row tiles part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) one
-// after another. Measured against gemm_pack_b then gemm_an: 4-19% faster on the model's forward
-// products and 1.6x on the attention's q.k^T (no pack launch, no per-tile work-group start). For
-// a B read in place strips were no faster than gemm_an's grouped tiles (those keep a group of A's
-// rows in cache across panels; a strip streams all of A).
-// global: (panels * parts, batch), local (1, 1)
-__kernel void gemm_an_packed(__global float *C, uint c_off, __global const float *A, uint a_off,
+// C (batch, M, N) = A (batch, M, K) op(B) by column strips: item w computes row tiles
+// part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) of column panel
+// p = w % panels one after another, so the panel stays in cache across them, and items next to
+// each other share a part's rows of A. op(B) is read in place when it is B with N a multiple of 64;
+// otherwise (B^T: every forward product) the item first packs its panel into its own region of S
+// (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K). Measured against one item per
+// tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
+// attention's q.k^T 1.6x, in-place products with K = 256 2-4%; with K = 1024 and B in place the
+// grouped tiles of gemm_an were 9% faster (the host chooses). global: (panels * parts, batch),
+// local (1, 1)
+__kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
                              float alpha, float beta) {
@@ -235,9 +236,14 @@ __kernel void gemm_an_packed(__global float *C, uint c_off, __global const float
   if (part >= parts) return;
   uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);
   __global const float *b = B + b_off + (size_t)bi * stride_b;
-  __global float *panel = S + (((size_t)bi * parts + part) * nt + p) * GEMM_NR * K;
-  for (uint k0 = 0; k0 < K; k0 += 16) gemm_pack_block(panel + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
-  uint b_ld = GEMM_NR;
+  __global const float *panel = b + n0;
+  uint b_ld = ldb;
+  if (trans_b || N % GEMM_NR) {
+    __global float *own = S + (((size_t)bi * parts + part) * nt + p) * GEMM_NR * K;
+    for (uint k0 = 0; k0 < K; k0 += 16) gemm_pack_block(own + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
+    panel = own;
+    b_ld = GEMM_NR;
+  }
   __global const float *a = A + a_off + (size_t)bi * stride_a;
   __global float *c = C + c_off + (size_t)bi * stride_c + n0;
   uint t1 = (uint)(((ulong)part + 1) * mt / parts);

@@ -292,6 +292,7 @@ done:
 #define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
 #define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
+#define OWN_STRIP_MAX_K 512  /* B read in place: column strips up to this K, gemm_an's grouped tiles above */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
@@ -304,33 +305,40 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
   if (tiles > UINT32_MAX / panels) return 0;
   /* gemm_at's packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start
-   * (gemm_an_packed's per-item copies are sized, and bounded by max_alloc, in own_gemm_an_packed) */
+   * (gemm_an_strips's per-item copies are sized, and bounded by max_alloc, in own_gemm_an_strips) */
   double per_b = (trans_b || N % OWN_NR) ? (double)panels * OWN_NR * k : 0;
   double per_a = trans_a ? (double)tiles * OWN_MR * k : 0;
   return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
-/* op(A) = A with op(B) to be packed: gemm_an_packed's column strips, each panel split into `parts`
- * (each part packs its own copy of the panel) until there are at least two items per compute unit
- * and, while there are fewer than eight per unit, a multiple of their count, so the units finish
- * together; never more parts than row tiles or 64, and back to one part if the copies would not fit
- * in one buffer. */
-static cf_status own_gemm_an_packed(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
+/* op(A) = A: gemm_an_strips's column strips. Each panel is split into `parts`: with B read in place,
+ * into parts of as many rows as one tile group of gemm_an (items side by side then share those
+ * rows of A in cache); with op(B) packed (each part packs its own copy) only until there are at
+ * least two items per compute unit and, while there are fewer than eight per unit, a multiple of
+ * their count, so the units finish together. Never more parts than row tiles or 64, and one part
+ * when the packed copies would not fit in one buffer. */
+static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
                                     size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
-                                    cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles) {
+                                    cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles,
+                                    int packed_b) {
   size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, items = panels * batch, parts = 1;
+  if (!packed_b) {
+    size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * K);
+    parts = (tiles + (group ? group : 1) - 1) / (group ? group : 1);
+  }
   while (parts < tiles && parts < 64 &&
          (items * parts < 2 * cus || (items * parts < 8 * cus && (items * parts) % cus)))
     parts++;
-  if (items * parts * OWN_NR * K * sizeof(float) > ctx->info.max_alloc) parts = 1;
-  cl_mem buf;
-  CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
+  if (parts > 64) parts = 64;
+  if (packed_b && items * parts * OWN_NR * K * sizeof(float) > ctx->info.max_alloc) parts = 1;
+  cl_mem buf = NULL;
+  if (packed_b) CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
   cf_launch L;
-  cf_launch_begin(&L, ctx, "gemm", "gemm_an_packed");
+  cf_launch_begin(&L, ctx, "gemm", "gemm_an_strips");
   cf_arg_mem(&L, C);
   cf_arg_mem(&L, A);
   cf_arg_mem(&L, B);
-  cf_arg_buf(&L, buf);
+  cf_arg_buf(&L, buf ? buf : C.buf);  /* S: unread when B is read in place */
   cf_arg_uint(&L, (unsigned)M);
   cf_arg_uint(&L, (unsigned)N);
   cf_arg_uint(&L, (unsigned)K);
@@ -355,9 +363,10 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  if (!trans_a && (trans_b || N % OWN_NR) && K > 0)
-    return own_gemm_an_packed(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                              batch, panels, tiles);
+  int packed_b = trans_b || N % OWN_NR;
+  if (!trans_a && K > 0 && (packed_b || K <= OWN_STRIP_MAX_K))
+    return own_gemm_an_strips(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                              batch, panels, tiles, packed_b);
   /* A^T is read in place by gemm_at when its rows are short (at most 1 KiB apart) and C is at most 256
    * columns wide, else packed (measured on Zen 5 with 12 x 32 tiles: in place was 1.5x faster on
    * 64 x 64 x 64 attention products and 2-10% on 256 x 256 x 1024, 13% slower with rows 4 KiB apart);
@@ -369,7 +378,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
   cf_mem Ap = A, Bp = B;
   size_t lda_k = lda, sap = stride_a, b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
-  if (pack_b) {  /* op(B) as zero-padded K x 64 panels (only for gemm_at: gemm_an_packed packs its own) */
+  if (pack_b) {  /* op(B) as zero-padded K x 64 panels (only for gemm_at: gemm_an_strips packs its own) */
     Bp = cf_at(buf, 0);
     b_ld = OWN_NR;
     b_panel = OWN_NR * K;
