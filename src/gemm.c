@@ -296,6 +296,12 @@ done:
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
+/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_an's tile group, gemm_an_strips's part. */
+static size_t group_tiles(size_t K) {
+  size_t g = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
+  return g ? g : 1;
+}
+
 /* Whether our kernels can index this product (32-bit sizes, strides, offsets, packed panels). */
 static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a,
                     cf_mem B, size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
@@ -322,10 +328,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
                                     cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles,
                                     int packed_b) {
   size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, items = panels * batch, parts = 1;
-  if (!packed_b) {
-    size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * K);
-    parts = (tiles + (group ? group : 1) - 1) / (group ? group : 1);
-  }
+  if (!packed_b) parts = (tiles + group_tiles(K) - 1) / group_tiles(K);
   while (parts < tiles && parts < 64 &&
          (items * parts < 2 * cus || (items * parts < 8 * cus && (items * parts) % cus)))
     parts++;
@@ -412,8 +415,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
-  size_t group = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
-  if (group < 1) group = 1;
+  size_t group = group_tiles(K);
   if (group > tiles) group = tiles;
   cf_launch L;
   cf_launch_begin(&L, ctx, "gemm", trans_a ? "gemm_at" : "gemm_an");  /* K == 0: either, A unread */
