@@ -195,7 +195,7 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
       uint M, uint N, uint K, uint lda, uint ldc, uint b_ld, uint b_panel, uint stride_a, uint stride_b,   \
       uint stride_c, float alpha, float beta, uint group_m
 
-// The rest of a tile whose op(A) is A (gemm_an, gemm_an_strips): a pointer per row of the tile
+// The rest of a tile whose op(A) is A (gemm_an_strips): a pointer per row of the tile
 // (rows past M read row M-1; their results are not stored, so the loop has no branches), the k
 // loop, the stores.
 #define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
@@ -206,16 +206,6 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   GEMM_KLOOP              \
   GEMM_EPILOGUE
 
-// C (batch, M, N) = A (batch, M, K) B, B (K, N) read in place (N a multiple of 64: b_ld ldb,
-// b_panel 64), for K > 512 (and K = 0: B unread); the rest goes to gemm_an_strips. One tile per
-// item, row tiles grouped.
-// global: (tiles, batch), local (1, 1)
-__kernel void gemm_an(GEMM_ARGS) {
-  GEMM_PROLOGUE
-  uint r0 = m0;
-  GEMM_ROWS_TILE
-}
-
 // C (batch, M, N) = A (batch, M, K) op(B) by column strips: item w computes row tiles
 // part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) of column panel
 // p = w % panels one after another, so the panel stays in cache across them, and items next to
@@ -223,9 +213,9 @@ __kernel void gemm_an(GEMM_ARGS) {
 // otherwise (B^T: every forward product) the item first packs its panel into its own region of S
 // (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K). Measured against one item per
 // tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
-// attention's q.k^T 1.6x, in-place products with K = 256 2-4%; with K = 1024 and B in place the
-// grouped tiles of gemm_an were 9% faster (the host chooses). global: (panels * parts, batch),
-// local (1, 1)
+// attention's q.k^T 1.6x, in-place products with K = 256 2-4%. With B in place the host runs a K
+// over 512 as passes over slices of K (with K = 1024 in one pass, grouped tiles of one item each
+// had been 9% faster). global: (panels * parts, batch), local (1, 1)
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
@@ -257,18 +247,20 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 #undef GEMM_ASTEP
 #undef GEMM_A
 
-// C (batch, M, N) with op(A) = A^T, A (batch, K, M): lda 6 means packed by gemm_pack_at (row
-// tile m0 / 6 is the zero-padded K x 6 panel at m0 * K; the host packs every A^T with M < 6),
+// C (batch, M, N) with op(A) = A^T, A (batch, K, M), or any op(A) when K = 0 (C = beta C, nothing
+// read): lda 6 means packed by gemm_pack_at (row tile m0 / 6 is the zero-padded panel at
+// m0 / 6 * a_panel: a_panel is 6 times the whole K, and a pass over a slice of K starts a_off k0 * 6
+// into each; the host packs every A^T with M < 6),
 // else A is read in place with row stride lda (>= M >= 6; lda 6 in place is M = 6, one tile, the
 // same layout) and the tile reads op(A)'s rows r0..r0+5, r0 = min(m0, M - 6): the last row tile
 // slides up to end at row M - 1 rather than read past A's rows (rows r0..m0-1 are the tile
 // above's and are not stored). Either way one branch-free loop serves every tile (two loops, full
 // and clamped, made PoCL's register allocator spill accumulators). global: (tiles, batch), local
 // (1, 1)
-__kernel void gemm_at(GEMM_ARGS) {
+__kernel void gemm_at(GEMM_ARGS, uint a_panel) {
   GEMM_PROLOGUE
   uint r0 = lda == GEMM_MR ? m0 : min(m0, M - GEMM_MR);
-  __global const float *ak = a + (lda == GEMM_MR ? (size_t)m0 * K : r0);
+  __global const float *ak = a + (lda == GEMM_MR ? (size_t)(m0 / GEMM_MR) * a_panel : r0);
 #define GEMM_A(i) ak[i]
 #define GEMM_ASTEP , ak += lda
   GEMM_KLOOP

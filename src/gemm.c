@@ -292,11 +292,11 @@ done:
 #define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
 #define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
-#define OWN_STRIP_MAX_K 512  /* B read in place: column strips up to this K, gemm_an's grouped tiles above */
+#define OWN_PASS_MAX_K 512  /* longer K in passes where B is read in place (own_gemm) */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
-/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_an's tile group, gemm_an_strips's part. */
+/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_at's tile group, gemm_an_strips's part. */
 static size_t group_tiles(size_t K) {
   size_t g = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
   return g ? g : 1;
@@ -306,7 +306,9 @@ static size_t group_tiles(size_t K) {
 static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a,
                     cf_mem B, size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   if (!(fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
-        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off)))
+        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off) &&
+        /* the offsets of a pass over a slice of K */
+        fits32(A.off + K * (trans_a ? lda : 1)) && fits32(B.off + K * (trans_b ? 1 : ldb))))
     return 0;
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
   if (tiles > UINT32_MAX / panels) return 0;
@@ -318,7 +320,7 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
 }
 
 /* op(A) = A: gemm_an_strips's column strips. Each panel is split into `parts`: with B read in place,
- * into parts of as many rows as one tile group of gemm_an (items side by side then share those
+ * into parts of as many rows as one tile group (items side by side then share those
  * rows of A in cache); with op(B) packed (each part packs its own copy) only until there are at
  * least two items per compute unit and, while there are fewer than eight per unit, a multiple of
  * their count, so the units finish together. Never more parts than row tiles or 64, and one part
@@ -366,14 +368,27 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  int packed_b = trans_b || N % OWN_NR;
-  if (!trans_a && K > 0 && (packed_b || K <= OWN_STRIP_MAX_K))
-    return own_gemm_an_strips(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                              batch, panels, tiles, packed_b);
-  /* A^T is read in place by gemm_at when its rows are short (at most 1 KiB apart) and C is at most 256
-   * columns wide, else packed (measured on Zen 5 with 12 x 32 tiles: in place was 1.5x faster on
-   * 64 x 64 x 64 attention products and 2-10% on 256 x 256 x 1024, 13% slower with rows 4 KiB apart);
-   * M < 6 always packs */
+  /* A long K runs as passes over slices of at most OWN_PASS_MAX_K, C accumulating (beta 1 after the
+   * first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows 4 KiB apart. Measured
+   * on Zen 5 with the calls interleaved, K = 1024 against one pass: NN 3-5% faster (than the grouped
+   * tiles of the kernel gemm_an, since removed), 25% at K = 2048, TN with B's rows 4 KiB apart 6%;
+   * the other TN and the NT products (B packed) were 5% slower in passes. */
+  size_t passes = (K + OWN_PASS_MAX_K - 1) / OWN_PASS_MAX_K;
+  if (!trans_a && K > 0) {
+    int packed_b = trans_b || N % OWN_NR;
+    size_t kc = packed_b || passes < 2 ? K : (K + passes - 1) / passes;
+    for (size_t k0 = 0; k0 < K; k0 += kc) {
+      size_t kn = K - k0 < kc ? K - k0 : kc;
+      CF_TRY(own_gemm_an_strips(ctx, trans_b, M, N, kn, alpha, cf_shift(A, k0), lda, stride_a,
+                                cf_shift(B, trans_b ? k0 : k0 * ldb), ldb, stride_b, k0 ? 1.0f : beta, C, ldc, stride_c,
+                                batch, panels, tiles, packed_b));
+    }
+    return CF_OK;
+  }
+  /* op(A) = A^T, or K = 0 (C = beta C, A and B unread). A^T is read in place by gemm_at when its rows
+   * are short (at most 1 KiB apart) and C is at most 256 columns wide, else packed (measured on Zen 5
+   * with 12 x 32 tiles: in place was 1.5x faster on 64 x 64 x 64 attention products and 2-10% on
+   * 256 x 256 x 1024, 13% slower with rows 4 KiB apart); M < 6 always packs */
   int a_inplace = trans_a && M >= OWN_MR && lda <= 256 && N <= 256;
   int pack_b = !((!trans_b && N % OWN_NR == 0) || K == 0), pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
@@ -415,28 +430,33 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
-  size_t group = group_tiles(K);
-  if (group > tiles) group = tiles;
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "gemm", trans_a ? "gemm_at" : "gemm_an");  /* K == 0: either, A unread */
-  cf_arg_mem(&L, C);
-  cf_arg_mem(&L, Ap);
-  cf_arg_mem(&L, Bp);
-  cf_arg_uint(&L, (unsigned)M);
-  cf_arg_uint(&L, (unsigned)N);
-  cf_arg_uint(&L, (unsigned)K);
-  cf_arg_uint(&L, (unsigned)lda_k);
-  cf_arg_uint(&L, (unsigned)ldc);
-  cf_arg_uint(&L, (unsigned)b_ld);
-  cf_arg_uint(&L, (unsigned)b_panel);
-  cf_arg_uint(&L, (unsigned)sap);
-  cf_arg_uint(&L, (unsigned)sbp);
-  cf_arg_uint(&L, (unsigned)stride_c);
-  cf_arg_float(&L, alpha);
-  cf_arg_float(&L, beta);
-  cf_arg_uint(&L, (unsigned)group);
-  size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
-  return cf_launch_run(&L, 2, global, local);
+  size_t kc = pack_b || ldb % 1024 || passes < 2 ? K : (K + passes - 1) / passes;
+  for (size_t k0 = 0; k0 < K || (K == 0 && k0 == 0); k0 += kc ? kc : 1) {
+    size_t kn = K - k0 < kc ? K - k0 : kc, group = group_tiles(kn);
+    if (group > tiles) group = tiles;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_at");
+    cf_arg_mem(&L, C);
+    cf_arg_mem(&L, cf_shift(Ap, pack_a ? k0 * OWN_MR : k0 * lda));
+    cf_arg_mem(&L, cf_shift(Bp, pack_b ? k0 * OWN_NR : k0 * ldb));
+    cf_arg_uint(&L, (unsigned)M);
+    cf_arg_uint(&L, (unsigned)N);
+    cf_arg_uint(&L, (unsigned)kn);
+    cf_arg_uint(&L, (unsigned)lda_k);
+    cf_arg_uint(&L, (unsigned)ldc);
+    cf_arg_uint(&L, (unsigned)b_ld);
+    cf_arg_uint(&L, (unsigned)b_panel);
+    cf_arg_uint(&L, (unsigned)sap);
+    cf_arg_uint(&L, (unsigned)sbp);
+    cf_arg_uint(&L, (unsigned)stride_c);
+    cf_arg_float(&L, alpha);
+    cf_arg_float(&L, k0 ? 1.0f : beta);
+    cf_arg_uint(&L, (unsigned)group);
+    cf_arg_uint(&L, (unsigned)(OWN_MR * K));  /* a_panel: packed panels hold all of K */
+    size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
+    CF_TRY(cf_launch_run(&L, 2, global, local));
+  }
+  return CF_OK;
 }
 
 /* ---------- entry points ---------- */
