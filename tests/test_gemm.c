@@ -175,8 +175,8 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
-  /* A^T read in place by our gemm_at (short rows, few column panels; the last row tile, 250 = 41 * 6 + 4,
-   * slides up over the tile above) and packed (more column panels; longer rows), with beta != 0 */
+  /* A^T read in place by our gemm_at (few column panels; the last row tile, 250 = 41 * 6 + 4, slides up
+   * over the tile above) and packed (more column panels), with beta != 0 */
   run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
   run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
@@ -192,7 +192,7 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 1, 1.0f, 0.0f);
   ldb_set = 1024;
   run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 2, 1.0f, 0.5f);  /* lda 16: A^T in place */
-  run_case(ctx, impl, r, 1, 0, 300, 64, 600, 1, -1.0f, 0.0f);  /* lda 303: packed */
+  run_case(ctx, impl, r, 1, 0, 30, 320, 600, 1, -1.0f, 0.0f);  /* C 320 wide: A^T packed */
   ldb_set = 0;
   /* K = 0: C = beta C in every form, batched */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 70, 0, 2, 1.0f, 0.5f);
