@@ -385,12 +385,12 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     }
     return CF_OK;
   }
-  /* op(A) = A^T, or K = 0 (C = beta C, A and B unread). A^T is packed when its rows are a multiple
-   * of 4 KiB apart (every row of a tile's k loop then falls in the same cache sets) or C is wider
-   * than 256 columns (A's rows are read again for every column panel), else read in place by gemm_at. Measured on Zen 5 with the calls interleaved, TN 768 x 256 x 1024: in place 3-10% faster
-   * with rows 3 KiB apart, 7-21% at 2 KiB, the same at 6 KiB; packed faster at 4 KiB. M < 6 always
-   * packs. */
-  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0 && N <= 256;
+  /* op(A) = A^T, or K = 0 (C = beta C, A and B unread). A^T is read in place by gemm_at unless its
+   * rows are a multiple of 4 KiB apart (every row of a tile's k loop then falls in the same cache
+   * sets): then, and for M < 6, it is packed. Measured on Zen 5 with the calls interleaved, in place
+   * against packed: rows 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide
+   * 3-8%; 4 KiB apart, packed is faster. */
+  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
   int pack_b = !((!trans_b && N % OWN_NR == 0) || K == 0), pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
   cl_mem buf = NULL;

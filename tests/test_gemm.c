@@ -24,7 +24,7 @@ static double rel_fro(const float *out, const double *ref, size_t n, int *nonfin
 /* C (batch x M x N, row stride ldc, matrix stride sc) = alpha op(A) op(B) + beta C */
 static int ncases;
 static int tight;  /* no offsets or odd padding: C's rows 64-byte aligned (ldc a multiple of 16 floats) */
-static size_t ldb_set;  /* nonzero: B's row stride */
+static size_t lda_set, ldb_set;  /* nonzero: A's, B's row stride */
 
 static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
                      size_t batch,
@@ -41,6 +41,10 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
     sb = brows * ldb;
     sc = M * ldc;
     offa = offb = offc = 0;
+  }
+  if (lda_set) {
+    lda = lda_set;
+    sa = arows * lda + (tight ? 0 : 5);
   }
   if (ldb_set) {
     ldb = ldb_set;
@@ -175,25 +179,29 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
-  /* A^T read in place by our gemm_at (few column panels; the last row tile, 250 = 41 * 6 + 4, slides up
-   * over the tile above) and packed (more column panels), with beta != 0 */
+  /* A^T read in place by our gemm_at (the last row tile, 250 = 41 * 6 + 4, slides up over the tile
+   * above), and packed (rows 4 KiB apart), with beta != 0 */
   run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
   run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
+  lda_set = 1024;
+  run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 0, 300, 40, 50, 1, 1.0f, 0.5f);
   /* packed A^T in groups of eight 6-row panels over 64-k blocks: two whole groups, one of a single
    * partial panel, K = 2 * 64 + 2, batched */
   run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
+  lda_set = 0;
   /* K past 512 in passes over slices of K, C accumulating after the first (B read in place: NN with N
    * a multiple of 64, and TN with B's rows 4 KiB apart, A^T packed or read in place), beta 0 over
    * poison and beta != 0, batched with offsets */
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 2, 0.5f, 0.5f);
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 1, 1.0f, 0.0f);
   ldb_set = 1024;
-  run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 2, 1.0f, 0.5f);  /* lda 16: A^T in place */
-  run_case(ctx, impl, r, 1, 0, 30, 320, 600, 1, -1.0f, 0.0f);  /* C 320 wide: A^T packed */
-  ldb_set = 0;
+  run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 2, 1.0f, 0.5f);  /* A^T in place */
+  lda_set = 2048;
+  run_case(ctx, impl, r, 1, 0, 30, 320, 600, 1, -1.0f, 0.0f);  /* A^T packed */
+  lda_set = ldb_set = 0;
   /* K = 0: C = beta C in every form, batched */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 70, 0, 2, 1.0f, 0.5f);
   /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
