@@ -210,14 +210,16 @@ int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
   size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
   size_t F = (size_t)cfg->model.d_ff, V = 256, T = (size_t)cfg->data.seq_len;
   size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
+  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
   size_t BNH = (size_t)cfg->data.batch_size * NH;
   struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
                                                          {"fc2", C, F}, {"logits", V, C}};
   int n = 0;
   for (int i = 0; i < 5; i++) {
-    gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f};
-    gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f};
-    gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f};
+    int per_step = i < 4 ? layers : 1;  /* the logits' projection once, the others in every block */
+    gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
+    gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
+    gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
     snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
     snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
     snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
@@ -225,9 +227,12 @@ int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
     sh[n++] = dw;
     sh[n++] = dx;
   }
-  gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f},  {"att p.v", 0, 0, T, HS, T, BNH, 0.0f},
-                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f}, {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f},
-                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f},  {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f}};
+  gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
   for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
   return n;
 }
@@ -286,6 +291,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   }
 
   double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
+  double step_ms[NIMPL] = {0}, step_gflop = 0;  /* one training step's products: each shape times its calls */
   cf_status st = CF_OK;
   for (int si = 0; si < nsh && st == CF_OK; si++) {
     const gemm_shape *s = &sh[si];
@@ -325,6 +331,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     }
     free(v);
     ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
+    step_gflop += s->per_step * flops * 1e-9;
+    for (int impl = 0; impl < nimpl; impl++) step_ms[impl] += s->per_step * flops / med[impl][si] * 1e-6;
     ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
     char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
     fprintf(out, "%-14s %-2s %5zu %5zu %5zu %4zu", s->name, op, s->M, s->N, s->K, s->batch);
@@ -339,7 +347,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     fflush(out);
     if (json) {
       fprintf(json, "%s\n      {\"name\": \"%s\", \"op\": \"%s\", \"M\": %zu, \"N\": %zu, \"K\": %zu, \"batch\": %zu, "
-              "\"flops\": %.0f", si ? "," : "", s->name, op, s->M, s->N, s->K, s->batch, flops);
+              "\"flops\": %.0f, \"per_step\": %d", si ? "," : "", s->name, op, s->M, s->N, s->K, s->batch, flops,
+              s->per_step);
       for (int impl = 0; impl < NIMPL; impl++) json_stats(json, impl_names[impl], stats[impl], impl < nimpl);
       fprintf(json, ", ");
       json_num(json, "own_vs_clblast", ratio_clb[si]);
@@ -355,6 +364,11 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
             tuned ? "tuned clblast" : "untuned clblast", m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
             tuned ? "tuned clblast" : "untuned clblast", mr_clb);
     if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, own/openblas %.2fx", m[IMPL_BLAS], mr_blas);
+    fprintf(out, "\none training step's products (%.1f GFLOP: each shape times its calls in a step): %s %.1f ms, "
+            "own %.1f ms (own %.2fx faster)", step_gflop, tuned ? "tuned clblast" : "untuned clblast",
+            step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
+    if (have_blas)
+      fprintf(out, "; openblas %.1f ms (own %.2fx faster)", step_ms[IMPL_BLAS], step_ms[IMPL_BLAS] / step_ms[IMPL_OWN]);
     fprintf(out, "\n");
     if (json) {
       fprintf(json, "\n    ],\n    \"median\": {");
@@ -365,6 +379,18 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       json_num(json, "own_vs_clblast", mr_clb);
       fprintf(json, ", ");
       json_num(json, "own_vs_openblas", mr_blas);
+      fprintf(json, "},\n    \"per_step\": {");
+      json_num(json, "gflop", step_gflop);
+      for (int impl = 0; impl < NIMPL; impl++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s_ms", impl_names[impl]);
+        fprintf(json, ", ");
+        json_num(json, key, impl < (have_blas ? 3 : 2) ? step_ms[impl] : NAN);
+      }
+      fprintf(json, ", ");
+      json_num(json, "own_vs_clblast", step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
+      fprintf(json, ", ");
+      json_num(json, "own_vs_openblas", have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN);
       fprintf(json, "}\n  }");
     }
   }

@@ -16,8 +16,11 @@
  *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
  *                           "clblast_tuning": {"applied", "file"}, "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
  *                           "clblast"|"own"|"openblas": {"median", "min", "max"} GFLOP/s | null,
- *                           "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
- *                           "own_vs_clblast", "own_vs_openblas"}}
+ *                           "per_step" (calls in one training step), "own_vs_clblast", "own_vs_openblas"}],
+ *                           "median": {"clblast", "own", "openblas", "own_vs_clblast", "own_vs_openblas"} over
+ *                           shapes, "per_step": {"gflop", "clblast_ms", "own_ms", "openblas_ms",
+ *                           "own_vs_clblast", "own_vs_openblas"}: one step's products, each shape's
+ *                           median time times its calls (ratios of times: above 1, own is faster)}
  *   step                   (step, all) a training step (forward, backward, grad norm, Adam) of the config:
  *     model                {"norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
  *                           "params"}

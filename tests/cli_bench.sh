@@ -78,7 +78,7 @@ if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; els
 
 # bench gemm: the model's 21 shapes (15 linear, 6 batched attention), --repeat samples each, ratios
 # that are the medians' ratios, min <= median <= max; the JSON alone on stdout
-"$bin" bench gemm "${small[@]}" --repeat 3 --json - >"$tmp/g.json" 2>"$tmp/g.err"; rc=$?
+"$bin" bench gemm "${small[@]}" --set model.layers=2 --repeat 3 --json - >"$tmp/g.json" 2>"$tmp/g.err"; rc=$?
 miss=$("$py" - "$tmp/g.json" <<'EOF'
 import json, sys
 g = json.load(open(sys.argv[1]))["gemm"]
@@ -93,10 +93,21 @@ for s in sh:
     if abs(s["own_vs_clblast"] - s["own"]["median"] / s["clblast"]["median"]) > 2e-3 * s["own_vs_clblast"]:
         bad.append(s["name"] + " ratio")
     if s["flops"] != 2 * s["M"] * s["N"] * s["K"] * s["batch"]: bad.append(s["name"] + " flops")
+# one step's products: the logits' projection once, every other shape once per block
+layers = {s["per_step"] for s in sh if not s["name"].startswith("logits")}
+if layers != {2} or any(s["per_step"] != 1 for s in sh if s["name"].startswith("logits")): bad.append("per_step counts")
+st = g["per_step"]
+if abs(st["gflop"] - sum(s["per_step"] * s["flops"] for s in sh) * 1e-9) > 1e-3: bad.append("per_step gflop")
+for impl in ("own", "clblast"):
+    ms = sum(s["per_step"] * s["flops"] / (s[impl]["median"] * 1e9) for s in sh) * 1e3
+    if abs(st[impl + "_ms"] - ms) > 2e-3 * ms: bad.append("per_step " + impl + "_ms")
+if abs(st["own_vs_clblast"] - st["clblast_ms"] / st["own_ms"]) > 2e-3 * st["own_vs_clblast"]: bad.append("per_step ratio")
+if st["openblas_ms"] is not None: bad.append("openblas_ms without --vs-blas")
 print(" ".join(bad))
 EOF
 )
-if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* ]]; then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios"
+if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* && $(cat "$tmp/g.err") == *"one training step's products"* ]]
+then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios, one step's products"
 else bad "bench gemm --repeat 3 rc=$rc: $miss"; head -5 "$tmp/g.err"; fi
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?

@@ -51,6 +51,8 @@ def rows_of(r):
     add("summary", "fp32 FMA peak (GFLOP/s)", get(r, "gemm", "peak_gflops"))
     for impl in ("own", "clblast", "openblas"):
         add("summary", f"GEMM median, {impl} (GFLOP/s)", get(r, "gemm", "median", impl))
+    for impl in ("own", "clblast", "openblas"):
+        add("summary", f"GEMM of one step, {impl} (ms)", get(r, "gemm", "per_step", impl + "_ms"))
     s = get(r, "step")
     if s:
         m = s.get("model") or {}

@@ -7,12 +7,14 @@
 #include "clformer/config.h"
 #include "clformer/program.h"
 
-/* One GEMM of the model: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times. */
+/* One GEMM of the model: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times; per_step calls
+ * of it in one training step. */
 typedef struct cf_gemm_shape {
   char name[24];
   int ta, tb;
   size_t M, N, K, batch;
   float beta;
+  int per_step;
 } cf_gemm_shape;
 #define CF_GEMM_MAX_SHAPES 32
 /* Every GEMM shape the config's model issues (the list in src/bench_gemm.c); returns the count. */
