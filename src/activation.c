@@ -96,9 +96,7 @@ cf_status cf_activation_backward(cf_context *ctx, cf_mem dinp, cf_mem dout, cf_m
   cf_launch L;
   char name[48];
   cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "activation_backward", act));
-  cf_arg_mem(&L, dinp);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, inp);
+  CF_ARG_MEMS(&L, dinp, dout, inp);
   cf_arg_int(&L, (int)n);
   return cf_launch_run(&L, 1, &global, &local);
 }
@@ -138,9 +136,7 @@ cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out, cf_mem pre, cf_mem bi
   cf_launch L;
   char name[48];
   cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "bias_act_forward", act));
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, pre);
-  cf_arg_mem(&L, bias);
+  CF_ARG_MEMS(&L, out, pre, bias);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   return cf_launch_run(&L, 2, global, local);
@@ -156,10 +152,7 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_me
   cf_launch L;
   char name[48];
   cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "bias_act_backward", act));
-  cf_arg_mem(&L, dpre);
-  cf_arg_mem(&L, dbias);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, pre);
+  CF_ARG_MEMS(&L, dpre, dbias, dout, pre);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   return cf_launch_run(&L, 1, &global, &local);

@@ -43,12 +43,7 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
   cf_launch_begin(&L, ctx, "attention", kernel);
   cf_arg_mem(&L, dst);
   cf_arg_mem(&L, src);
-  cf_arg_int(&L, S);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, T);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, NH);
-  cf_arg_int(&L, vec);
+  CF_ARG_INTS(&L, S, B, T, C, NH, vec);
   size_t n = (size_t)S * B * T * C, local = 64;
   size_t global = vec ? n / 4 : n;
   if (cf_context_cpu_shapes(ctx)) {  /* one item per row of HS floats (cl/attention.cl) */
@@ -83,13 +78,10 @@ cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_me
                                               int NH, int T, float scale, cf_attn_dropout drop) {
   cf_launch L;
   cf_launch_begin(&L, ctx, "attention", "attention_softmax_forward");
-  cf_arg_mem(&L, att);
-  cf_arg_mem(&L, drop.p > 0.0f ? pdrop : att);  /* unused without dropout */
-  cf_arg_mem(&L, key_mask.buf ? key_mask : att);  /* any valid buffer when there is no mask */
-  cf_arg_int(&L, key_mask.buf != NULL);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, NH);
-  cf_arg_int(&L, T);
+  CF_ARG_MEMS(&L, att,
+              drop.p > 0.0f ? pdrop : att,     /* unused without dropout */
+              key_mask.buf ? key_mask : att);  /* any valid buffer when there is no mask */
+  CF_ARG_INTS(&L, key_mask.buf != NULL, B, NH, T);
   cf_arg_float(&L, scale);
   arg_dropout(&L, drop);
   size_t global, local;
@@ -104,9 +96,7 @@ cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_
   cf_launch_begin(&L, ctx, "attention", "attention_softmax_backward");
   cf_arg_mem(&L, datt);
   cf_arg_mem(&L, att);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, NH);
-  cf_arg_int(&L, T);
+  CF_ARG_INTS(&L, B, NH, T);
   cf_arg_float(&L, scale);
   arg_dropout(&L, drop);
   size_t global, local;
@@ -179,14 +169,8 @@ cf_status cf_attention_forward_fused(cf_context *ctx, cf_mem out, cf_mem inp, cf
     return CF_FAIL(CF_ERR_INVALID_ARG, "fused attention: head size %d exceeds %d", C / NH, CF_ATTENTION_FUSED_MAX_HS);
   cf_launch L;
   cf_launch_begin(&L, ctx, "attention", "attention_forward_fused");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, inp);
-  cf_arg_mem(&L, key_mask.buf ? key_mask : inp);  /* any valid buffer when there is no mask */
-  cf_arg_int(&L, key_mask.buf != NULL);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, T);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, NH);
+  CF_ARG_MEMS(&L, out, inp, key_mask.buf ? key_mask : inp);  /* any valid buffer when there is no mask */
+  CF_ARG_INTS(&L, key_mask.buf != NULL, B, T, C, NH);
   cf_arg_float(&L, (float)(1.0 / sqrt((double)(C / NH))));
   size_t global = (size_t)B * NH * T, local = 64;
   return cf_launch_run(&L, 1, &global, &local);

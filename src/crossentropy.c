@@ -26,12 +26,8 @@ static cf_status launch_mean(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem
   size_t wg = is_cpu(ctx) ? 1 : cf_context_wg(ctx);
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
-  cf_arg_mem(&L, loss);
-  cf_arg_mem(&L, losses);
-  cf_arg_mem(&L, targets);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, V);
-  cf_arg_int(&L, ignore_index);
+  CF_ARG_MEMS(&L, loss, losses, targets);
+  CF_ARG_INTS(&L, N, V, ignore_index);
   return cf_launch_run(&L, 1, &wg, &wg);
 }
 
@@ -40,9 +36,7 @@ cf_status cf_crossentropy_forward(cf_context *ctx, cf_mem loss, cf_mem losses, c
   CF_TRY(check_args(N, V, smoothing));
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_forward");
-  cf_arg_mem(&L, losses);
-  cf_arg_mem(&L, logits);
-  cf_arg_mem(&L, targets);
+  CF_ARG_MEMS(&L, losses, logits, targets);
   cf_arg_int(&L, V);
   cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);
@@ -59,10 +53,7 @@ cf_status cf_crossentropy_forward_backward(cf_context *ctx, cf_mem loss, cf_mem 
   CF_TRY(check_args(N, V, smoothing));
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_forward_backward");
-  cf_arg_mem(&L, losses);
-  cf_arg_mem(&L, dlogits);
-  cf_arg_mem(&L, logits);
-  cf_arg_mem(&L, targets);
+  CF_ARG_MEMS(&L, losses, dlogits, logits, targets);
   cf_arg_int(&L, V);
   cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);
@@ -79,9 +70,7 @@ cf_status cf_crossentropy_backward(cf_context *ctx, cf_mem dlogits, cf_mem logit
   CF_TRY(check_args(N, V, smoothing));
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_backward");
-  cf_arg_mem(&L, dlogits);
-  cf_arg_mem(&L, logits);
-  cf_arg_mem(&L, targets);
+  CF_ARG_MEMS(&L, dlogits, logits, targets);
   cf_arg_int(&L, V);
   cf_arg_float(&L, smoothing);
   cf_arg_int(&L, ignore_index);

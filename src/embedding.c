@@ -16,15 +16,8 @@ cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_me
   CF_TRY(check_dims(B, T, C, V));
   cf_launch L;
   cf_launch_begin(&L, ctx, "embedding", "embedding_forward");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, tokens);
-  cf_arg_mem(&L, wte);
-  cf_arg_mem(&L, wpe);  /* a NULL buffer is a valid (unused) argument when positions are sinusoidal */
-  cf_arg_int(&L, wpe.buf != NULL);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, T);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, V);
+  CF_ARG_MEMS(&L, out, tokens, wte, wpe);  /* a NULL buffer is a valid (unused) argument when positions are sinusoidal */
+  CF_ARG_INTS(&L, wpe.buf != NULL, B, T, C, V);
   cf_arg_float(&L, token_scale);
   size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4);
   size_t global[2] = {(size_t)C, (size_t)T}, local[2] = {lx, 4};
@@ -39,15 +32,10 @@ static cf_status backward_cpu(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_mem 
                               int C, int V, float token_scale, size_t VT) {
   cf_launch L;
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wte_cpu");
-  cf_arg_mem(&L, dwte);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, tokens);
+  CF_ARG_MEMS(&L, dwte, dout, tokens);
   cf_arg_local(&L, (size_t)B * T * sizeof(int));
   cf_arg_local(&L, (VT + 2) * sizeof(int));
-  cf_arg_int(&L, (int)VT);
-  cf_arg_int(&L, B * T);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, V);
+  CF_ARG_INTS(&L, (int)VT, B * T, C, V);
   cf_arg_float(&L, token_scale);
   size_t global[2] = {((size_t)C + 127) / 128, ((size_t)V + VT - 1) / VT}, local[2] = {1, 1};
   CF_TRY(cf_launch_run(&L, 2, global, local));
@@ -55,9 +43,7 @@ static cf_status backward_cpu(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_mem 
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wpe_cpu");
   cf_arg_mem(&L, dwpe);
   cf_arg_mem(&L, dout);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, T);
-  cf_arg_int(&L, C);
+  CF_ARG_INTS(&L, B, T, C);
   size_t g = (size_t)T, l = 1;
   return cf_launch_run(&L, 1, &g, &l);
 }
@@ -79,9 +65,7 @@ cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_me
   cf_launch L;
   size_t wg = cf_context_wg(ctx);
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wte");
-  cf_arg_mem(&L, dwte);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, tokens);
+  CF_ARG_MEMS(&L, dwte, dout, tokens);
   cf_arg_int(&L, B * T);
   cf_arg_int(&L, C);
   cf_arg_float(&L, token_scale);
@@ -91,9 +75,7 @@ cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_me
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wpe");
   cf_arg_mem(&L, dwpe);
   cf_arg_mem(&L, dout);
-  cf_arg_int(&L, B);
-  cf_arg_int(&L, T);
-  cf_arg_int(&L, C);
+  CF_ARG_INTS(&L, B, T, C);
   size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4);
   size_t g2[2] = {(size_t)C, (size_t)T}, l2[2] = {lx, 4};
   return cf_launch_run(&L, 2, g2, l2);

@@ -35,12 +35,7 @@ cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem 
   row_grid(ctx, N, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_forward");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, mean);
-  cf_arg_mem(&L, rstd);
-  cf_arg_mem(&L, inp);
-  cf_arg_mem(&L, weight);
-  cf_arg_mem(&L, bias);
+  CF_ARG_MEMS(&L, out, mean, rstd, inp, weight, bias);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   cf_arg_float(&L, eps);
@@ -56,12 +51,7 @@ static cf_status backward_params(cf_context *ctx, cf_mem dweight, cf_mem dbias, 
   if (is_cpu(ctx)) global = ((size_t)C + 63) / 64, local = 1;  /* 64 columns per item */
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
-  cf_arg_mem(&L, dweight);
-  cf_arg_mem(&L, dbias);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, inp);
-  cf_arg_mem(&L, mean);
-  cf_arg_mem(&L, rstd);
+  CF_ARG_MEMS(&L, dweight, dbias, dout, inp, mean, rstd);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   return cf_launch_run(&L, 1, &global, &local);
@@ -83,15 +73,8 @@ cf_status cf_layernorm_backward(cf_context *ctx, cf_mem dinp, cf_mem dweight, cf
   row_grid(ctx, N, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward");
-  cf_arg_mem(&L, dinp);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, inp);
-  cf_arg_mem(&L, weight);
-  cf_arg_mem(&L, mean);
-  cf_arg_mem(&L, rstd);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, accumulate);
+  CF_ARG_MEMS(&L, dinp, dout, inp, weight, mean, rstd);
+  CF_ARG_INTS(&L, N, C, accumulate);
   return cf_launch_run(&L, 1, &global, &local);
 }
 
@@ -105,14 +88,7 @@ cf_status cf_residual_dropout_layernorm_forward(cf_context *ctx, cf_mem out, cf_
   row_grid(ctx, N, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "residual_dropout_layernorm_forward");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, mean);
-  cf_arg_mem(&L, rstd);
-  cf_arg_mem(&L, res);
-  cf_arg_mem(&L, inp);
-  cf_arg_mem(&L, branch);
-  cf_arg_mem(&L, weight);
-  cf_arg_mem(&L, bias);
+  CF_ARG_MEMS(&L, out, mean, rstd, res, inp, branch, weight, bias);
   cf_arg_int(&L, N);
   cf_arg_int(&L, C);
   cf_arg_float(&L, eps);
@@ -136,16 +112,8 @@ cf_status cf_residual_dropout_layernorm_backward(cf_context *ctx, cf_mem dinp, c
   row_grid(ctx, N, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "layernorm", "residual_dropout_layernorm_backward");
-  cf_arg_mem(&L, dinp);
-  cf_arg_mem(&L, dbranch);
-  cf_arg_mem(&L, dout);
-  cf_arg_mem(&L, res);
-  cf_arg_mem(&L, weight);
-  cf_arg_mem(&L, mean);
-  cf_arg_mem(&L, rstd);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, C);
-  cf_arg_int(&L, accumulate);
+  CF_ARG_MEMS(&L, dinp, dbranch, dout, res, weight, mean, rstd);
+  CF_ARG_INTS(&L, N, C, accumulate);
   cf_arg_dropout(&L, d);
   return cf_launch_run(&L, 1, &global, &local);
 }

@@ -37,10 +37,7 @@ cf_status cf_adam_update(cf_context *ctx, cf_mem params, cf_mem grads, cf_mem m,
   int use_norm = grad_norm.buf != NULL && clip_norm > 0;
   cf_launch L;
   cf_launch_begin(&L, ctx, "optimizer", "adam_update");
-  cf_arg_mem(&L, params);
-  cf_arg_mem(&L, grads);
-  cf_arg_mem(&L, m);
-  cf_arg_mem(&L, v);
+  CF_ARG_MEMS(&L, params, grads, m, v);
   cf_arg_uint(&L, (unsigned)n);
   cf_arg_float(&L, h->lr);
   cf_arg_float(&L, h->beta1);
@@ -66,9 +63,7 @@ cf_status cf_sgd_update(cf_context *ctx, cf_mem params, cf_mem grads, cf_mem mom
   int use_norm = grad_norm.buf != NULL && clip_norm > 0;
   cf_launch L;
   cf_launch_begin(&L, ctx, "optimizer", "sgd_update");
-  cf_arg_mem(&L, params);
-  cf_arg_mem(&L, grads);
-  cf_arg_mem(&L, momentum_buf);
+  CF_ARG_MEMS(&L, params, grads, momentum_buf);
   cf_arg_int(&L, momentum_buf.buf != NULL);
   cf_arg_uint(&L, (unsigned)n);
   cf_arg_float(&L, lr);
@@ -164,17 +159,13 @@ cf_status cf_segment_norms(cf_context *ctx, cf_mem out, cf_mem x, const size_t *
   cf_launch L;
   if (nb > 0) {
     cf_launch_begin(&L, ctx, "optimizer", "segment_sumsq_partials");
-    cf_arg_mem(&L, scratch);
-    cf_arg_mem(&L, cf_shift(scratch, nb));
-    cf_arg_mem(&L, x);
+    CF_ARG_MEMS(&L, scratch, cf_shift(scratch, nb), x);
     size_t global, local;
     block_grid(ctx, nb, 1, &global, &local);  /* exactly nb items: the kernel has no guard */
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   cf_launch_begin(&L, ctx, "optimizer", "segment_norms_finish");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, scratch);
-  cf_arg_mem(&L, cf_shift(scratch, 5 * nb));
+  CF_ARG_MEMS(&L, out, scratch, cf_shift(scratch, 5 * nb));
   cf_arg_int(&L, nseg);
   size_t global = (size_t)nseg, local = 64;
   return cf_launch_run(&L, 1, &global, &local);

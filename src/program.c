@@ -330,6 +330,12 @@ void cf_arg_int(cf_launch *L, int v) { cl_int x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_uint(cf_launch *L, unsigned v) { cl_uint x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_float(cf_launch *L, float v) { cl_float x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_local(cf_launch *L, size_t bytes) { set_arg(L, bytes, NULL); }
+void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_mem(L, m[i]);
+}
+void cf_arg_int_list(cf_launch *L, const int *v, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_int(L, v[i]);
+}
 
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local) {
   if (L->status != CF_OK) return L->status;

@@ -17,9 +17,7 @@ cf_status cf_residual_forward(cf_context *ctx, cf_mem out, cf_mem inp1, cf_mem i
   size_t local = cf_context_wg(ctx);
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_forward");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, inp1);
-  cf_arg_mem(&L, inp2);
+  CF_ARG_MEMS(&L, out, inp1, inp2);
   cf_arg_int(&L, (int)n);
   return cf_launch_run(&L, 1, &n, &local);
 }
@@ -31,9 +29,7 @@ cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, c
   cf_dropout_grid(ctx, n, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_dropout_forward");
-  cf_arg_mem(&L, out);
-  cf_arg_mem(&L, res);
-  cf_arg_mem(&L, branch);
+  CF_ARG_MEMS(&L, out, res, branch);
   cf_arg_int(&L, (int)n);
   cf_arg_dropout(&L, d);
   return cf_launch_run(&L, 1, &global, &local);

@@ -59,7 +59,9 @@ static inline cf_mem cf_shift(cf_mem m, size_t by) { m.off += by; return m; }
  * reported by cf_launch_run (naming the kernel and argument), so call sites stay flat:
  *   cf_launch L; cf_launch_begin(&L, ctx, "layernorm", "layernorm_forward");
  *   cf_arg_mem(&L, out); cf_arg_int(&L, C); cf_arg_float(&L, eps);
- *   return cf_launch_run(&L, 1, global, local);                                  */
+ *   return cf_launch_run(&L, 1, global, local);
+ * Runs of buffers or ints go in one call, in the same order as one call each:
+ *   CF_ARG_MEMS(&L, out, mean, rstd, inp); CF_ARG_INTS(&L, N, C, accumulate);      */
 typedef struct cf_launch {
   cf_context *ctx;
   cl_kernel kernel;
@@ -79,6 +81,14 @@ void cf_arg_int(cf_launch *L, int v);
 void cf_arg_uint(cf_launch *L, unsigned v);
 void cf_arg_float(cf_launch *L, float v);
 void cf_arg_local(cf_launch *L, size_t bytes);
+/* n cf_arg_mem / cf_arg_int calls in order; errors still name the failing argument's index. */
+void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n);
+void cf_arg_int_list(cf_launch *L, const int *v, size_t n);
+/* The argument lists of long kernel signatures, counted by the compiler. */
+#define CF_ARG_MEMS(L, ...) \
+  cf_arg_mem_list((L), (const cf_mem[]){__VA_ARGS__}, sizeof((const cf_mem[]){__VA_ARGS__}) / sizeof(cf_mem))
+#define CF_ARG_INTS(L, ...) \
+  cf_arg_int_list((L), (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
 /* Enqueue with the given global size; local may be NULL. Global sizes are rounded up to
  * multiples of local, so kernels bounds-check. */
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local);
