@@ -214,7 +214,7 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
 // (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K). Measured against one item per
 // tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
 // attention's q.k^T 1.6x, in-place products with K = 256 2-4%. With B in place the host runs a K
-// over 512 as passes over slices of K (with K = 1024 in one pass, grouped tiles of one item each
+// over 768 as passes over slices of K (with K = 1024 in one pass, grouped tiles of one item each
 // had been 9% faster). global: (panels * parts, batch), local (1, 1)
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,

@@ -292,7 +292,8 @@ done:
 #define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
 #define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
-#define OWN_PASS_MAX_K 512  /* longer K in passes where B is read in place (own_gemm) */
+#define OWN_PASS_MIN_K 768  /* where B is read in place, a longer K runs in passes (own_gemm) */
+#define OWN_PASS_K 512      /* of slices of about this K */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
@@ -368,12 +369,13 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  /* A long K runs as passes over slices of at most OWN_PASS_MAX_K, C accumulating (beta 1 after the
-   * first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows 4 KiB apart. Measured
-   * on Zen 5 with the calls interleaved, K = 1024 against one pass: NN 3-5% faster (than the grouped
-   * tiles of the kernel gemm_an, since removed), 25% at K = 2048, TN with B's rows 4 KiB apart 6%;
-   * the other TN and the NT products (B packed) were 5% slower in passes. */
-  size_t passes = (K + OWN_PASS_MAX_K - 1) / OWN_PASS_MAX_K;
+  /* A K over OWN_PASS_MIN_K runs as passes over slices of about OWN_PASS_K, C accumulating (beta 1
+   * after the first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows 4 KiB apart.
+   * Measured on Zen 5 with the calls interleaved, against one pass: NN K = 1024 3-5% faster (than
+   * the grouped tiles of the kernel gemm_an, since removed), 25% at K = 2048, TN with B's rows 4 KiB
+   * apart 6%; at K = 768 and 640 one pass was 5-9% faster, and so were the other TN and the NT
+   * products (B packed) at K = 1024. */
+  size_t passes = K > OWN_PASS_MIN_K ? (K + OWN_PASS_K - 1) / OWN_PASS_K : 1;
   if (!trans_a && K > 0) {
     int packed_b = trans_b || N % OWN_NR;
     size_t kc = packed_b || passes < 2 ? K : (K + passes - 1) / passes;

@@ -192,7 +192,7 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
   lda_set = 0;
-  /* K past 512 in passes over slices of K, C accumulating after the first (B read in place: NN with N
+  /* K past 768 in passes over slices of K, C accumulating after the first (B read in place: NN with N
    * a multiple of 64, and TN with B's rows 4 KiB apart, A^T packed or read in place), beta 0 over
    * poison and beta != 0, batched with offsets */
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 2, 0.5f, 0.5f);
@@ -200,7 +200,7 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   ldb_set = 1024;
   run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 2, 1.0f, 0.5f);  /* A^T in place */
   lda_set = 2048;
-  run_case(ctx, impl, r, 1, 0, 30, 320, 600, 1, -1.0f, 0.0f);  /* A^T packed */
+  run_case(ctx, impl, r, 1, 0, 30, 320, 900, 1, -1.0f, 0.0f);  /* A^T packed */
   lda_set = ldb_set = 0;
   /* K = 0: C = beta C in every form, batched */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 70, 0, 2, 1.0f, 0.5f);
