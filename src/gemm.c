@@ -370,7 +370,8 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
   /* A K over OWN_PASS_MIN_K runs as passes over slices of about OWN_PASS_K, C accumulating (beta 1
-   * after the first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows 4 KiB apart.
+   * after the first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows a multiple
+   * of 4 KiB apart.
    * Measured on Zen 5 with the calls interleaved, against one pass: NN K = 1024 3-5% faster (than
    * the grouped tiles of the kernel gemm_an, since removed), 25% at K = 2048, TN with B's rows 4 KiB
    * apart 6%; at K = 768 and 640 one pass was 5-9% faster, and so were the other TN and the NT

@@ -199,9 +199,14 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 1, 1.0f, 0.0f);
   ldb_set = 1024;
   run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 2, 1.0f, 0.5f);  /* A^T in place */
+  run_case(ctx, impl, r, 1, 0, 13, 128, 1100, 1, 1.0f, 0.0f);
   lda_set = 2048;
   run_case(ctx, impl, r, 1, 0, 30, 320, 900, 1, -1.0f, 0.0f);  /* A^T packed */
+  run_case(ctx, impl, r, 1, 0, 30, 192, 900, 2, 1.0f, 0.5f);
   lda_set = ldb_set = 0;
+  tight = 1;  /* C's rows aligned (whole-float16 stores) */
+  run_case(ctx, impl, r, 0, 0, 20, 128, 1000, 2, 1.0f, 0.0f);
+  tight = 0;
   /* K = 0: C = beta C in every form, batched */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 70, 0, 2, 1.0f, 0.5f);
   /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
