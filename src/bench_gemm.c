@@ -42,6 +42,7 @@
 #include "internal.h"
 
 #define BENCH_GEMM_REPEAT 11  /* samples per shape and implementation unless the caller asks for more */
+#define BENCH_LEAD_S 0.005    /* untimed calls before each sample, for at least this long (see sample) */
 #define BENCH_GEMM_MAX_SHAPES 32
 
 typedef cf_gemm_shape gemm_shape;
@@ -153,16 +154,21 @@ static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operan
                               cf_at(o->B, 0), o->ldb, o->nb, s->beta, cf_at(o->C, 0), o->ldc, o->nc, s->batch);
 }
 
-/* Seconds per call over a run of `calls` calls, after one untimed call of the same implementation:
- * the run before may have been another implementation's, whose threads are still spinning (OpenBLAS,
- * for a quarter millisecond) or have gone to sleep (PoCL's wake after an idle gap), and the lead-in
- * absorbs either, the same way for every implementation. (With --vs-blas, whichever implementation
- * followed OpenBLAS in the rotation, ours two times in three, ran in its spin: the lead-in raised our
- * median 3-4% there, OpenBLAS's 0-6%.) */
+/* Seconds per call over a run of `calls` calls, after untimed calls of the same implementation for
+ * at least BENCH_LEAD_S (and at least one): the run before may have been another implementation's,
+ * whose threads are still spinning (OpenBLAS, for a quarter millisecond) or have gone to sleep
+ * (PoCL's wake after an idle gap), or whose aftermath slows the next calls for a while (after a
+ * CLBlast call our next 0.5 ms call ran 15-35% slower, the third one at full speed), and the
+ * lead-in absorbs these, the same way for every implementation. (With --vs-blas, whichever
+ * implementation followed OpenBLAS in the rotation, ours two times in three, ran in its spin: a
+ * one-call lead-in raised our median 3-4% there, OpenBLAS's 0-6%.) */
 static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl, int calls,
                         double *sec) {
-  CF_TRY(run_once(ctx, impl, s, o, bl));
-  CF_TRY(cf_context_finish(ctx));
+  double lead0 = cf_now();
+  do {
+    CF_TRY(run_once(ctx, impl, s, o, bl));
+    CF_TRY(cf_context_finish(ctx));
+  } while (cf_now() - lead0 < BENCH_LEAD_S);
   double t0 = cf_now();
   for (int i = 0; i < calls; i++) CF_TRY(run_once(ctx, impl, s, o, bl));
   CF_TRY(cf_context_finish(ctx));
@@ -267,8 +273,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
   else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
-  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after an untimed call; GFLOP/s median [min-max] of %d samples\n\n",
-          repeat);
+  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after untimed calls for %.0f ms; "
+          "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, repeat);
   fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
           tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
   if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
