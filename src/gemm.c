@@ -345,15 +345,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_mem(&L, A);
   cf_arg_mem(&L, B);
   cf_arg_buf(&L, buf ? buf : C.buf);  /* S: unread when B is read in place */
-  cf_arg_uint(&L, (unsigned)M);
-  cf_arg_uint(&L, (unsigned)N);
-  cf_arg_uint(&L, (unsigned)K);
-  cf_arg_uint(&L, (unsigned)lda);
-  cf_arg_uint(&L, (unsigned)ldb);
-  cf_arg_uint(&L, (unsigned)ldc);
-  cf_arg_uint(&L, (unsigned)stride_a);
-  cf_arg_uint(&L, (unsigned)stride_b);
-  cf_arg_uint(&L, (unsigned)stride_c);
+  CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c);
   cf_arg_int(&L, trans_b);
   cf_arg_uint(&L, (unsigned)parts);
   cf_arg_float(&L, alpha);
@@ -410,11 +402,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_mem(&L, Bp);
     cf_arg_mem(&L, B);
     cf_arg_int(&L, trans_b);
-    cf_arg_uint(&L, (unsigned)K);
-    cf_arg_uint(&L, (unsigned)N);
-    cf_arg_uint(&L, (unsigned)ldb);
-    cf_arg_uint(&L, (unsigned)stride_b);
-    cf_arg_uint(&L, (unsigned)per_b);
+    CF_ARG_UINTS(&L, K, N, ldb, stride_b, per_b);
     size_t global[3] = {(K + 15) / 16, panels, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
@@ -426,11 +414,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_launch_begin(&L, ctx, "gemm", "gemm_pack_at");
     cf_arg_mem(&L, Ap);
     cf_arg_mem(&L, A);
-    cf_arg_uint(&L, (unsigned)K);
-    cf_arg_uint(&L, (unsigned)M);
-    cf_arg_uint(&L, (unsigned)lda);
-    cf_arg_uint(&L, (unsigned)stride_a);
-    cf_arg_uint(&L, (unsigned)per_a);
+    CF_ARG_UINTS(&L, K, M, lda, stride_a, per_a);
     size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
@@ -443,16 +427,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_mem(&L, C);
     cf_arg_mem(&L, cf_shift(Ap, pack_a ? k0 * OWN_MR : k0 * lda));
     cf_arg_mem(&L, cf_shift(Bp, pack_b ? k0 * OWN_NR : k0 * ldb));
-    cf_arg_uint(&L, (unsigned)M);
-    cf_arg_uint(&L, (unsigned)N);
-    cf_arg_uint(&L, (unsigned)kn);
-    cf_arg_uint(&L, (unsigned)lda_k);
-    cf_arg_uint(&L, (unsigned)ldc);
-    cf_arg_uint(&L, (unsigned)b_ld);
-    cf_arg_uint(&L, (unsigned)b_panel);
-    cf_arg_uint(&L, (unsigned)sap);
-    cf_arg_uint(&L, (unsigned)sbp);
-    cf_arg_uint(&L, (unsigned)stride_c);
+    CF_ARG_UINTS(&L, M, N, kn, lda_k, ldc, b_ld, b_panel, sap, sbp, stride_c);
     cf_arg_float(&L, alpha);
     cf_arg_float(&L, k0 ? 1.0f : beta);
     cf_arg_uint(&L, (unsigned)group);

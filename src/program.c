@@ -336,6 +336,9 @@ void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n) {
 void cf_arg_int_list(cf_launch *L, const int *v, size_t n) {
   for (size_t i = 0; i < n; i++) cf_arg_int(L, v[i]);
 }
+void cf_arg_uint_list(cf_launch *L, const unsigned *v, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_uint(L, v[i]);
+}
 
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local) {
   if (L->status != CF_OK) return L->status;

@@ -84,11 +84,15 @@ void cf_arg_local(cf_launch *L, size_t bytes);
 /* n cf_arg_mem / cf_arg_int calls in order; errors still name the failing argument's index. */
 void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n);
 void cf_arg_int_list(cf_launch *L, const int *v, size_t n);
+void cf_arg_uint_list(cf_launch *L, const unsigned *v, size_t n);
 /* The argument lists of long kernel signatures, counted by the compiler. */
 #define CF_ARG_MEMS(L, ...) \
   cf_arg_mem_list((L), (const cf_mem[]){__VA_ARGS__}, sizeof((const cf_mem[]){__VA_ARGS__}) / sizeof(cf_mem))
 #define CF_ARG_INTS(L, ...) \
   cf_arg_int_list((L), (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
+/* Each value converted to unsigned: the caller has checked that it fits. */
+#define CF_ARG_UINTS(L, ...) \
+  cf_arg_uint_list((L), (const unsigned[]){__VA_ARGS__}, sizeof((const unsigned[]){__VA_ARGS__}) / sizeof(unsigned))
 /* Enqueue with the given global size; local may be NULL. Global sizes are rounded up to
  * multiples of local, so kernels bounds-check. */
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local);
