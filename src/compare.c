@@ -205,6 +205,30 @@ static void run_status(const char *dir, char *status, size_t n) {
   cf_clear_error();
 }
 
+/* A run already in dir must be of variant vi's config (seed k), or its numbers would be mislabelled.
+ * Only train.steps may differ, upwards: a shorter run is extended; a longer one would be reported
+ * as this comparison's (its final loss averaged with runs of fewer steps), so it is refused too.
+ * *saved_steps: the run's steps, 0 when dir holds no run. */
+static cf_status check_run(const spec *s, int vi, int k, const char *dir, int *saved_steps) {
+  *saved_steps = 0;
+  if (!exists(dir, "config.yaml")) return CF_OK;
+  cf_config c = s->v[vi].cfg, saved;
+  c.seed += (unsigned long long)k;
+  char p[1300], key[64], was[1100], now[1100];
+  cf_config_defaults(&saved);
+  snprintf(p, sizeof p, "%s/config.yaml", dir);
+  if (cf_config_load(&saved, p) != CF_OK || cf_config_validate(&saved) != CF_OK) return CF_ERR_CONFIG;
+  if (cf_config_first_difference(&saved, &c, key, was, now))
+    return CF_FAIL(CF_ERR_CONFIG, "%s holds a run with %s = %s, but variant '%s' now says %s: move that run away "
+                   "or choose another out", dir, key, was, s->v[vi].name, now);
+  if (saved.train.steps > c.train.steps)
+    return CF_FAIL(CF_ERR_CONFIG, "%s holds a run of %d steps, but variant '%s' now runs %d: a longer run would be "
+                   "reported as a shorter one; set train.steps=%d, or move that run away or choose another out", dir,
+                   saved.train.steps, s->v[vi].name, c.train.steps, saved.train.steps);
+  *saved_steps = saved.train.steps;
+  return CF_OK;
+}
+
 static double parse_field(const char *s, int *ok) {
   char *end;
   double v = strtod(s, &end);
@@ -453,7 +477,7 @@ static void json_num(FILE *f, double v) {
 }
 
 static cf_status write_report(const spec *s, run_rec **runs, double entropy, int log_steps) {
-  agg *a = calloc((size_t)s->nv, sizeof *a);
+  agg *a = calloc((size_t)(unsigned)s->nv, sizeof *a);
   if (!a) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   for (int i = 0; i < s->nv; i++) a[i] = aggregate(runs[i], s->seeds);
   char path[2300];
@@ -624,21 +648,8 @@ int cmd_compare(int argc, char **argv) {
         else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s.v[i].name);
         cf_config c = s.v[i].cfg;
         c.seed += (unsigned long long)k;
-        /* a run already there must be of this variant's config, or its numbers would be mislabelled */
         int saved_steps = 0;
-        if (exists(dir, "config.yaml")) {
-          char p[1300], key[64], was[1100], now[1100];
-          cf_config saved;
-          cf_config_defaults(&saved);
-          snprintf(p, sizeof p, "%s/config.yaml", dir);
-          if (cf_config_load(&saved, p) != CF_OK || cf_config_validate(&saved) != CF_OK) { st = CF_ERR_CONFIG; break; }
-          if (cf_config_first_difference(&saved, &c, key, was, now)) {
-            st = CF_FAIL(CF_ERR_CONFIG, "%s holds a run with %s = %s, but variant '%s' now says %s: move that run away "
-                         "or choose another out", dir, key, was, s.v[i].name, now);
-            break;
-          }
-          saved_steps = saved.train.steps;
-        }
+        if ((st = check_run(&s, i, k, dir, &saved_steps)) != CF_OK) break;
         if (!strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= c.train.steps)) {
           printf("%s already %s: skipped\n", label, status);
           continue;
@@ -662,8 +673,21 @@ int cmd_compare(int argc, char **argv) {
     free(s.v);
     return cf_exit_code(st);
   }
+  /* every run present must be of its variant's config (also with --report-only, and for the variants
+   * --only left out): otherwise leave the old report alone */
+  for (int i = 0; i < s.nv && st == CF_OK; i++)
+    for (int k = 0; k < s.seeds && st == CF_OK; k++) {
+      char dir[1200];
+      int steps;
+      run_dir(&s, i, k, dir, sizeof dir);
+      st = check_run(&s, i, k, dir, &steps);
+    }
+  if (st != CF_OK) {
+    free(s.v);
+    return cf_exit_code(st);
+  }
   /* the report covers every run present, finished or diverged */
-  run_rec **runs = calloc((size_t)s.nv, sizeof *runs);
+  run_rec **runs = calloc((size_t)(unsigned)s.nv, sizeof *runs);  /* nv >= 1: a spec has variants */
   for (int i = 0; i < s.nv; i++) {
     runs[i] = calloc((size_t)s.seeds, sizeof **runs);
     for (int k = 0; k < s.seeds; k++) {

@@ -54,6 +54,12 @@ before=$(md5sum < cmp-out/summary.json)
 err=$("$bin" compare cmp.yaml --seeds 2 --set optim.lr=1e-3 2>&1); rc=$?
 [[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* && $(md5sum < cmp-out/summary.json) == "$before" ]] \
   && ok "a changed variant is not mixed with old runs, and the report is left alone" || bad "changed variant: rc=$rc $err"
+err=$("$bin" compare cmp.yaml --seeds 2 --set train.steps=20 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"holds a run of 30 steps"*"train.steps=30"* && $(md5sum < cmp-out/summary.json) == "$before" ]] \
+  && ok "runs longer than the comparison asks for are not reported as shorter ones" || bad "fewer steps: rc=$rc $err"
+err=$("$bin" compare cmp.yaml --seeds 2 --set optim.lr=1e-3 --report-only 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"holds a run with optim.lr"* && $(md5sum < cmp-out/summary.json) == "$before" ]] \
+  && ok "--report-only checks the runs too" || bad "report-only changed variant: rc=$rc $err"
 # one seed, then two: the first seed's run is reused, not trained again; and back to one
 "$bin" compare cmp.yaml --only pre --out one >/dev/null 2>&1
 out=$("$bin" compare cmp.yaml --only pre --out one --seeds 2 2>&1); rc=$?
