@@ -1,4 +1,5 @@
 /* `clformer check CONFIG`: validate a config (with --set overrides) and print it fully resolved. */
+#include <errno.h>
 #include <string.h>
 #include "cli.h"
 #include "clformer/config.h"
@@ -10,7 +11,8 @@ static const char *usage =
     "       clformer check --keys\n"
     "\n"
     "Validates a training config and prints it fully resolved (every key, defaults filled in), as YAML\n"
-    "that `train` accepts. Errors name file:line:column and the key; the exit code is then 2.\n"
+    "that `train` accepts; checks that its data files can be opened. Errors name file:line:column and\n"
+    "the key; the exit code is then 2.\n"
     "\n"
     "  --set KEY=VALUE   override a key, e.g. --set model.norm=post (repeatable)\n"
     "  --keys            print every key with its default and meaning (Markdown)\n";
@@ -71,6 +73,17 @@ int cmd_check(int argc, char **argv) {
   cf_config c;
   int rc = cf_cli_load_config(&c, path, sets, nsets);
   if (rc) return rc;
+  /* the data files too, so that a config `check` passes is one `train` starts with */
+  const char *files[2][2] = {{"data.train", c.data.train}, {"data.valid", c.data.valid}};
+  for (int i = 0; i < 2; i++) {
+    if (!files[i][1][0]) continue;
+    FILE *f = fopen(files[i][1], "rb");
+    if (!f) {
+      fprintf(stderr, "clformer: error: %s: %s '%s': %s\n", path, files[i][0], files[i][1], strerror(errno));
+      return 2;
+    }
+    fclose(f);
+  }
   printf("# %s: valid\n", path);
   cf_config_write(&c, stdout);
   return 0;

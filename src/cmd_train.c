@@ -18,7 +18,8 @@ static const char *usage =
     "  --resume RUN_DIR  continue the run in RUN_DIR from its checkpoint (CONFIG defaults to RUN_DIR/config.yaml)\n"
     "  --quiet           no progress lines\n"
     "\n"
-    "exit codes: 0 finished, 1 runtime error, 2 bad input, 3 diverged (non-finite loss), 130 interrupted\n";
+    "exit codes: 0 finished, 1 runtime error, 2 bad input, 3 diverged (a non-finite loss or gradient, or a loss\n"
+    "above 3 ln 256), 130 interrupted\n";
 
 int cmd_train(int argc, char **argv) {
   const char *path = NULL, *device = NULL, *resume = NULL;

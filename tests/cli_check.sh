@@ -10,6 +10,7 @@ expect_error() {  # name, expected text, command...
   err=$("$@" 2>&1 >/dev/null); rc=$?
   if [[ $rc -eq 2 && "$err" == *"$want"* ]]; then echo "ok   $name"; else echo "FAIL $name: rc=$rc, message: $err (wanted: $want)"; fail=1; fi
 }
+printf 'some training text\n' > text.txt
 printf 'data:\n  train: text.txt\nmodel:\n  norm: post\n  layers: 2\noptim:\n  betas: [0.9, 0.99]\n' > good.yaml
 out=$("$bin" check good.yaml --set model.d_model=64 --set optim.lr=5e-4); rc=$?
 if [[ $rc -eq 0 && "$out" == *"norm: post"* && "$out" == *"d_model: 64"* && "$out" == *"lr: 0.0005"* && "$out" == *"betas: [0.9, 0.99]"* && "$out" == *"final_norm: false"* ]]; then
@@ -20,6 +21,9 @@ out2=$("$bin" check resolved.yaml); rc=$?
 [[ $rc -eq 0 ]] && echo "ok   resolved config round-trips" || { echo "FAIL round trip: $out2"; fail=1; }
 
 printf 'model:\n  layer: 6\n' > unknown.yaml
+printf 'data:\n  train: nosuch.txt\n' > nodata.yaml
+expect_error "a missing training file" "nodata.yaml: data.train 'nosuch.txt': No such file" "$bin" check nodata.yaml
+expect_error "a missing validation file" "good.yaml: data.valid 'none.txt': No such file" "$bin" check good.yaml --set data.valid=none.txt
 expect_error "unknown key with suggestion" "unknown.yaml:2:3: unknown key 'model.layer' (did you mean 'model.layers'?)" "$bin" check unknown.yaml
 printf 'modle:\n  layers: 6\n' > section.yaml
 expect_error "unknown section" "section.yaml:1:1: unknown key 'modle'" "$bin" check section.yaml
@@ -55,7 +59,7 @@ expect_error "sample -n without value" "clformer sample: -n needs a value" "$bin
 expect_error "check --set without value" "clformer check: --set needs a value" "$bin" check good.yaml --set
 expect_error "compare --seeds without value" "clformer compare: --seeds needs a value" "$bin" compare good.yaml --seeds
 expect_error "unknown option" "clformer train: unexpected argument '--bogus'" "$bin" train good.yaml --bogus
-left=$(ls | grep -v '\.yaml$' || true)
+left=$(ls | grep -v '\.yaml$' | grep -vx text.txt || true)
 [[ -z "$left" ]] && echo "ok   nothing created" || { echo "FAIL files created: $left"; fail=1; }
 "$bin" check --keys | grep -q '| `model.norm` | `pre` |' && echo "ok   --keys lists the schema" || { echo "FAIL --keys"; fail=1; }
 exit $fail

@@ -18,4 +18,6 @@
 #include "clformer/data.h"
 #include "clformer/safetensors.h"
 #include "clformer/model.h"
+#include "clformer/train.h"
+#include "clformer/bench.h"
 #endif
