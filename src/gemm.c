@@ -419,14 +419,15 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
   size_t kc = pack_b || ldb % 1024 || passes < 2 ? K : (K + passes - 1) / passes;
-  for (size_t k0 = 0; k0 < K || (K == 0 && k0 == 0); k0 += kc ? kc : 1) {
+  size_t k0 = 0;
+  do {  /* once when K = 0; row k of op(A) and of op(B) is k * lda_k and k * b_ld in, packed or not */
     size_t kn = K - k0 < kc ? K - k0 : kc, group = group_tiles(kn);
     if (group > tiles) group = tiles;
     cf_launch L;
     cf_launch_begin(&L, ctx, "gemm", "gemm_at");
     cf_arg_mem(&L, C);
-    cf_arg_mem(&L, cf_shift(Ap, pack_a ? k0 * OWN_MR : k0 * lda));
-    cf_arg_mem(&L, cf_shift(Bp, pack_b ? k0 * OWN_NR : k0 * ldb));
+    cf_arg_mem(&L, cf_shift(Ap, k0 * lda_k));
+    cf_arg_mem(&L, cf_shift(Bp, k0 * b_ld));
     CF_ARG_UINTS(&L, M, N, kn, lda_k, ldc, b_ld, b_panel, sap, sbp, stride_c);
     cf_arg_float(&L, alpha);
     cf_arg_float(&L, k0 ? 1.0f : beta);
@@ -434,7 +435,8 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     cf_arg_uint(&L, (unsigned)(OWN_MR * K));  /* a_panel: packed panels hold all of K */
     size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
     CF_TRY(cf_launch_run(&L, 2, global, local));
-  }
+    k0 += kn;
+  } while (k0 < K);
   return CF_OK;
 }
 
