@@ -82,6 +82,8 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   size_t panel = (size_t)K * GEMM_MR;
   if (mn == 8 * GEMM_MR) {
     for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
+      // written out rather than looped over a private array of the 48 values: PoCL put that array
+      // on the stack, and the pack ran 1.6x slower (33 against 53 GB/s at 1024 x 1024)
       float16 x = vload16(0, a), y = vload16(1, a), z = vload16(2, a);
       vstore4(x.s0123, 0, p);
       vstore2(x.s45, 0, p + 4);

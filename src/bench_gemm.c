@@ -155,13 +155,13 @@ static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operan
 }
 
 /* Seconds per call over a run of `calls` calls, after untimed calls of the same implementation for
- * at least BENCH_LEAD_S (and at least one): the run before may have been another implementation's,
- * whose threads are still spinning (OpenBLAS, for a quarter millisecond) or have gone to sleep
- * (PoCL's wake after an idle gap), or whose aftermath slows the next calls for a while (after a
- * CLBlast call our next 0.5 ms call ran 15-35% slower, the third one at full speed), and the
- * lead-in absorbs these, the same way for every implementation. (With --vs-blas, whichever
- * implementation followed OpenBLAS in the rotation, ours two times in three, ran in its spin: a
- * one-call lead-in raised our median 3-4% there, OpenBLAS's 0-6%.) */
+ * at least BENCH_LEAD_S (and at least one). The run before may have been another implementation's:
+ * its threads may still spin (OpenBLAS, for a quarter millisecond) or have gone to sleep (PoCL's
+ * wake after an idle gap), or its aftermath slows the next calls for a while (after a CLBlast call
+ * our next 0.5 ms call ran 15-35% slower and the third at full speed, timed call by call in one
+ * process). The lead-in absorbs these the same way for every implementation. (With --vs-blas,
+ * whichever implementation followed OpenBLAS in the rotation, ours two times in three, ran in its
+ * spin: a one-call lead-in raised our median 3-4% there, OpenBLAS's 0-6%.) */
 static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl, int calls,
                         double *sec) {
   double lead0 = cf_now();
