@@ -1,18 +1,25 @@
 // Row-major SGEMM for CPU devices (PoCL): C = alpha * op(A) * op(B) + beta * C, plain and
 // strided-batched. Work-groups of one work-item; a work-item computes a GEMM_MR x 64 tile of C at
-// a time (gemm_an_strips's a strip of them) in 4*GEMM_MR float16 accumulators and, per k, loads 64
-// values of op(B) and broadcasts GEMM_MR values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs. A 6 x 64
+// a time in 4*GEMM_MR float16 accumulators and, per k, loads 64 values of op(B) and broadcasts
+// GEMM_MR values of op(A). No local memory: the vector types map onto AVX-512 (or AVX2) FMAs. A 6 x 64
 // tile beat 12 x 32 (the same 24 accumulators) by 5-20% at the model's shapes: half the rows of A
 // to stream and broadcast per k, and row pointers that fit in registers.
 //
 // op(B) is read as 64-column panels: panel p holds columns 64p..64p+63 for every k, row k at
-// b_ld floats after row k-1, panel p at b_panel floats after panel p-1. A non-transposed B whose N
-// is a multiple of 64 is read in place (b_ld ldb, b_panel 64); any other op(B) is packed into
-// zero-padded panels (b_ld 64): by gemm_an_strips's items themselves, one panel each, or for
-// gemm_at by gemm_pack_b. A transposed A (K, M) is either read in place, row k of a tile's op(A)
-// being 6 consecutive floats of A's row k, or packed by gemm_pack_at into K x 6 panels (the
-// host's choice: in place a tile touches a cache line, for a long row a page, per k for 6 values,
-// once for every column panel of C).
+// b_ld floats after row k-1. A non-transposed B whose N is a multiple of 64 is read in place
+// (b_ld ldb); any other op(B) is packed into zero-padded panels (b_ld 64): by gemm_an_strips's
+// items themselves, or for gemm_at by gemm_pack_b. A transposed A (K, M) is read in place (row k
+// of a tile's op(A) being 6 consecutive floats of A's row k) or packed into K x 6 panels: by
+// gemm_at_rows's items themselves, or for gemm_at by gemm_pack_at.
+//
+// Where B is read in place, the kernels that walk column strips (gemm_an_strips, gemm_at_strips,
+// gemm_at_rows) run a long K as slices of kc: every tile of an item's strip takes a slice before
+// any takes the next, so the slice of B's panel stays in cache across them, and C, accumulating
+// (beta 1 after the first slice), stays in the cache of the core that runs the item. Data written
+// by one core and read by another is what costs most on a machine whose cores share no cache:
+// on the 2-core VM we measure on, a core-to-core round trip took 120-170 ns at some times and
+// 430-500 ns at others, and a product reading A^T packed by a separate kernel ran up to 1.4x
+// slower than on the same panels packed earlier. That is also why gemm_at_rows packs its own A^T.
 
 #define GEMM_MR 6
 #define GEMM_NR 64
@@ -69,6 +76,32 @@ __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B
                   B + b_off + (size_t)bi * stride_b, trans_b, K, N, ldb, k0, GEMM_NR * panel);
 }
 
+// Rows 0..kn-1 of 8 consecutive K x 6 panels of A^T (panel floats apart) from 48 consecutive floats
+// of each of A's rows 0..kn-1 (lda apart): whole cache lines, each read once.
+void gemm_pack_at8(__global float *p, __global const float *a, uint kn, uint lda, size_t panel) {
+  for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
+    // written out rather than looped over a private array of the 48 values: PoCL put that array
+    // on the stack, and the pack ran 1.6x slower (33 against 53 GB/s at 1024 x 1024)
+    float16 x = vload16(0, a), y = vload16(1, a), z = vload16(2, a);
+    vstore4(x.s0123, 0, p);
+    vstore2(x.s45, 0, p + 4);
+    vstore4(x.s6789, 0, p + panel);
+    vstore2(x.sab, 0, p + panel + 4);
+    vstore4(x.scdef, 0, p + 2 * panel);
+    vstore2(y.s01, 0, p + 2 * panel + 4);
+    vstore4(y.s2345, 0, p + 3 * panel);
+    vstore2(y.s67, 0, p + 3 * panel + 4);
+    vstore4(y.s89ab, 0, p + 4 * panel);
+    vstore2(y.scd, 0, p + 4 * panel + 4);
+    vstore2(y.sef, 0, p + 5 * panel);
+    vstore4(z.s0123, 0, p + 5 * panel + 2);
+    vstore4(z.s4567, 0, p + 6 * panel);
+    vstore2(z.s89, 0, p + 6 * panel + 4);
+    vstore4(z.sabcd, 0, p + 7 * panel);
+    vstore2(z.sef, 0, p + 7 * panel + 4);
+  }
+}
+
 // P (batch, ceil(M/6), K, 6) = op(A) = A^T as 6-row panels, A (batch, K, M); rows past M are zero.
 // An item packs 8 panels over 64 k: per k it reads 48 consecutive floats of A's row k (whole cache
 // lines, each read once) and writes 6 to each panel. global: (ceil(K/64), ceil(M/48), batch)
@@ -81,27 +114,7 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   __global float *p = P + p_off + (size_t)bi * stride_p + (size_t)tm0 * K * GEMM_MR + (size_t)k0 * GEMM_MR;
   size_t panel = (size_t)K * GEMM_MR;
   if (mn == 8 * GEMM_MR) {
-    for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR) {
-      // written out rather than looped over a private array of the 48 values: PoCL put that array
-      // on the stack, and the pack ran 1.6x slower (33 against 53 GB/s at 1024 x 1024)
-      float16 x = vload16(0, a), y = vload16(1, a), z = vload16(2, a);
-      vstore4(x.s0123, 0, p);
-      vstore2(x.s45, 0, p + 4);
-      vstore4(x.s6789, 0, p + panel);
-      vstore2(x.sab, 0, p + panel + 4);
-      vstore4(x.scdef, 0, p + 2 * panel);
-      vstore2(y.s01, 0, p + 2 * panel + 4);
-      vstore4(y.s2345, 0, p + 3 * panel);
-      vstore2(y.s67, 0, p + 3 * panel + 4);
-      vstore4(y.s89ab, 0, p + 4 * panel);
-      vstore2(y.scd, 0, p + 4 * panel + 4);
-      vstore2(y.sef, 0, p + 5 * panel);
-      vstore4(z.s0123, 0, p + 5 * panel + 2);
-      vstore4(z.s4567, 0, p + 6 * panel);
-      vstore2(z.s89, 0, p + 6 * panel + 4);
-      vstore4(z.sabcd, 0, p + 7 * panel);
-      vstore2(z.sef, 0, p + 7 * panel + 4);
-    }
+    gemm_pack_at8(p, a, kn, lda, panel);
   } else {
     uint tiles = (mn + GEMM_MR - 1) / GEMM_MR;
     for (uint k = 0; k < kn; k++, a += lda, p += GEMM_MR)
@@ -216,12 +229,12 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
 // (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K). Measured against one item per
 // tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
 // attention's q.k^T 1.6x, in-place products with K = 256 2-4%. With B in place the host runs a K
-// over 768 as passes over slices of K (with K = 1024 in one pass, grouped tiles of one item each
-// had been 9% faster). global: (panels * parts, batch), local (1, 1)
+// over 768 as slices of kc (see the top; measured against slices run as separate launches: 4-5%
+// faster at K = 1024 and 2048). global: (panels * parts, batch), local (1, 1)
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
-                             float alpha, float beta) {
+                             float alpha, float beta, uint kc) {
   uint w = get_global_id(0), bi = get_global_id(1);
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;
   uint p = w % nt, part = w / nt;
@@ -236,33 +249,130 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
     panel = own;
     b_ld = GEMM_NR;
   }
-  __global const float *a = A + a_off + (size_t)bi * stride_a;
+  __global const float *a_all = A + a_off + (size_t)bi * stride_a;
   __global float *c = C + c_off + (size_t)bi * stride_c + n0;
-  uint t1 = (uint)(((ulong)part + 1) * mt / parts);
-  for (uint tt = (uint)((ulong)part * mt / parts); tt < t1; tt++) {
-    uint m0 = GEMM_MR * tt, r0 = m0;
-    __global const float *bp = panel;
-    GEMM_REP(GEMM_ACC)
-    GEMM_ROWS_TILE
+  uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts), k_all = K;
+  float beta_all = beta;
+  for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
+    uint K = min(kc, k_all - k0);
+    float beta = k0 ? 1.0f : beta_all;
+    __global const float *a = a_all + k0;
+    for (uint tt = t0; tt < t1; tt++) {
+      uint m0 = GEMM_MR * tt, r0 = m0;
+      __global const float *bp = panel + (size_t)k0 * b_ld;
+      GEMM_REP(GEMM_ACC)
+      GEMM_ROWS_TILE
+    }
   }
 }
 #undef GEMM_ASTEP
 #undef GEMM_A
 
-// C (batch, M, N) with op(A) = A^T, A (batch, K, M), or any op(A) when K = 0 (C = beta C, nothing
-// read): lda 6 means packed by gemm_pack_at (row tile m0 / 6 is the zero-padded panel at
-// m0 / 6 * a_panel: a_panel is 6 times the whole K, and a pass over a slice of K starts a_off k0 * 6
-// into each; the host packs every A^T with M < 6),
-// else A is read in place with row stride lda (>= M >= 6; lda 6 in place is M = 6, one tile, the
-// same layout) and the tile reads op(A)'s rows r0..r0+5, r0 = min(m0, M - 6): the last row tile
-// slides up to end at row M - 1 rather than read past A's rows (rows r0..m0-1 are the tile
-// above's and are not stored). Either way one branch-free loop serves every tile (two loops, full
-// and clamped, made PoCL's register allocator spill accumulators). global: (tiles, batch), local
-// (1, 1)
-__kernel void gemm_at(GEMM_ARGS, uint a_panel) {
+// C (batch, M, N) = A^T B, A (batch, K, M) read in place (lda >= M >= 6), B (batch, K, N) read in
+// place (N a multiple of 64): gemm_an_strips's column strips and slices of kc. The tile reads
+// op(A)'s rows r0..r0+5, r0 = min(m0, M - 6): the last row tile slides up to end at row M - 1
+// rather than read past A's rows (rows r0..m0-1 are the tile above's and are not stored), so one
+// branch-free loop serves every tile (two loops, full and clamped, made PoCL's register allocator
+// spill accumulators). Measured against one item per tile with slices as separate launches: 0-11%
+// faster on the model's weight gradients. global: (panels * parts, batch), local (1, 1)
+__kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
+                             __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
+                             uint stride_a, uint stride_b, uint stride_c, uint parts, float alpha, float beta,
+                             uint kc) {
+  uint w = get_global_id(0), bi = get_global_id(1);
+  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;
+  uint p = w % nt, part = w / nt;
+  if (part >= parts) return;
+  uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0), b_ld = ldb;
+  __global const float *panel = B + b_off + (size_t)bi * stride_b + n0;
+  __global const float *a = A + a_off + (size_t)bi * stride_a;
+  __global float *c = C + c_off + (size_t)bi * stride_c + n0;
+  uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts), k_all = K;
+  float beta_all = beta;
+  for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
+    uint K = min(kc, k_all - k0);
+    float beta = k0 ? 1.0f : beta_all;
+    for (uint tt = t0; tt < t1; tt++) {
+      uint m0 = GEMM_MR * tt, r0 = min(m0, M - GEMM_MR);
+      __global const float *bp = panel + (size_t)k0 * b_ld, *ak = a + (size_t)k0 * lda + r0;
+      GEMM_REP(GEMM_ACC)
+#define GEMM_A(i) ak[i]
+#define GEMM_ASTEP , ak += lda
+      GEMM_KLOOP
+#undef GEMM_ASTEP
+#undef GEMM_A
+      GEMM_EPILOGUE
+    }
+  }
+}
+
+// C (batch, M, N) = A^T B, B read in place as in gemm_at_strips, A^T packed by the item that reads
+// it: item `part` takes row tiles part * per .. part * per + per - 1, packs their K x 6 panels of
+// A^T (zero past row M) into its own region of S (per * 6 * K floats at (bi * parts + part) * that),
+// then computes them against every column panel in turn, in slices of kc. For an A whose rows
+// lie a multiple of 4 KiB apart (read in place, a tile's k loop would put every row in the same
+// cache sets) or M < 6. Measured against gemm_pack_at and one item per tile: 1024 x 256 x 1024
+// 7-13% faster, 1024 x 1024 x 1024 6%. global: (ceil(ceil(M/6) / per), batch), local (1, 1)
+__kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *A, uint a_off,
+                           __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
+                           uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, float alpha,
+                           float beta, uint kc) {
+  uint part = get_global_id(0), bi = get_global_id(1);
+  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR, parts = (mt + per - 1) / per;
+  if (part >= parts) return;
+  uint t0 = part * per, t1 = min(t0 + per, mt), m_lo = GEMM_MR * t0, mn = min(GEMM_MR * t1, M) - m_lo;
+  size_t a_panel = (size_t)GEMM_MR * K;
+  __global float *own = S + ((size_t)bi * parts + part) * per * a_panel;
+  __global const float *a = A + a_off + (size_t)bi * stride_a + m_lo;
+  uint t8 = mn / (8 * GEMM_MR) * 8;  // tiles packed 8 at a time, then the rest one at a time
+  for (uint t = 0; t < t8; t += 8) gemm_pack_at8(own + t * a_panel, a + GEMM_MR * t, K, lda, a_panel);
+  for (uint t = t8; t < t1 - t0; t++) {
+    __global const float *src = a + GEMM_MR * t;
+    __global float *dst = own + t * a_panel;
+    if (GEMM_MR * t + GEMM_MR <= mn) {
+      for (uint k = 0; k < K; k++, src += lda, dst += GEMM_MR) {
+        vstore4(vload4(0, src), 0, dst);
+        vstore2(vload2(0, src + 4), 0, dst + 4);
+      }
+    } else {
+      for (uint k = 0; k < K; k++, src += lda, dst += GEMM_MR)
+        for (uint i = 0; i < GEMM_MR; i++) dst[i] = GEMM_MR * t + i < mn ? src[i] : 0.0f;
+    }
+  }
+  uint k_all = K, b_ld = ldb;
+  float beta_all = beta;
+  for (uint p = 0; p < nt; p++) {
+    uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);
+    __global const float *panel = B + b_off + (size_t)bi * stride_b + n0;
+    __global float *c = C + c_off + (size_t)bi * stride_c + n0;
+    for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
+      uint K = min(kc, k_all - k0);
+      float beta = k0 ? 1.0f : beta_all;
+      for (uint tt = t0; tt < t1; tt++) {
+        uint m0 = GEMM_MR * tt, r0 = m0;
+        __global const float *bp = panel + (size_t)k0 * b_ld, *ak = own + (tt - t0) * a_panel + (size_t)k0 * GEMM_MR;
+        GEMM_REP(GEMM_ACC)
+#define GEMM_A(i) ak[i]
+#define GEMM_ASTEP , ak += GEMM_MR
+        GEMM_KLOOP
+#undef GEMM_ASTEP
+#undef GEMM_A
+        GEMM_EPILOGUE
+      }
+    }
+  }
+}
+
+// C (batch, M, N) with op(A) = A^T, A (batch, K, M), where op(B) needs packing (gemm_pack_b), or
+// any op(A) when K = 0 (C = beta C, nothing read): lda 6 means packed by gemm_pack_at (row tile
+// m0 / 6 is the zero-padded K x 6 panel at m0 * K; the host packs every A^T with M < 6 or rows a
+// multiple of 4 KiB apart), else A is read in place with row stride lda (>= M >= 6; lda 6 in
+// place is M = 6, one tile, the same layout) from row r0 = min(m0, M - 6), as in gemm_at_strips.
+// global: (tiles, batch), local (1, 1)
+__kernel void gemm_at(GEMM_ARGS) {
   GEMM_PROLOGUE
   uint r0 = lda == GEMM_MR ? m0 : min(m0, M - GEMM_MR);
-  __global const float *ak = a + (lda == GEMM_MR ? (size_t)(m0 / GEMM_MR) * a_panel : r0);
+  __global const float *ak = a + (lda == GEMM_MR ? (size_t)m0 * K : r0);
 #define GEMM_A(i) ak[i]
 #define GEMM_ASTEP , ak += lda
   GEMM_KLOOP

@@ -297,6 +297,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   }
 
   double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
+  /* the most own/clblast could be at a shape: a kernel at the FMA peak against this run's clblast */
+  double ceiling_clb[BENCH_GEMM_MAX_SHAPES];
   double step_ms[NIMPL] = {0}, step_gflop = 0;  /* one training step's products: each shape times its calls */
   cf_status st = CF_OK;
   for (int si = 0; si < nsh && st == CF_OK; si++) {
@@ -337,6 +339,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     }
     free(v);
     ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
+    ceiling_clb[si] = peak / med[IMPL_CLBLAST][si];
     step_gflop += s->per_step * flops * 1e-9;
     for (int impl = 0; impl < nimpl; impl++) step_ms[impl] += s->per_step * flops / med[impl][si] * 1e-6;
     ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
@@ -360,16 +363,22 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       json_num(json, "own_vs_clblast", ratio_clb[si]);
       fprintf(json, ", ");
       json_num(json, "own_vs_openblas", ratio_blas[si]);
+      fprintf(json, ", ");
+      json_num(json, "peak_vs_clblast", ceiling_clb[si]);
       fprintf(json, "}");
     }
   }
   if (st == CF_OK) {
     double m[NIMPL], mr_clb = cf_median(ratio_clb, nsh), mr_blas = have_blas ? cf_median(ratio_blas, nsh) : NAN;
+    double m_ceiling = cf_median(ceiling_clb, nsh);
     for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
     fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/%s %.2fx", nsh,
             tuned ? "tuned clblast" : "untuned clblast", m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
             tuned ? "tuned clblast" : "untuned clblast", mr_clb);
     if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, own/openblas %.2fx", m[IMPL_BLAS], mr_blas);
+    fprintf(out, "\nceiling: a kernel at the FMA peak on every shape would be %.2fx %s (median over shapes of "
+            "peak/clblast); own reaches %.0f%% of that", m_ceiling, tuned ? "tuned clblast" : "untuned clblast",
+            100 * mr_clb / m_ceiling);
     fprintf(out, "\none training step's products (%.1f GFLOP: each shape times its calls in a step): %s %.1f ms, "
             "own %.1f ms (own %.2fx faster)", step_gflop, tuned ? "tuned clblast" : "untuned clblast",
             step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
@@ -385,6 +394,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       json_num(json, "own_vs_clblast", mr_clb);
       fprintf(json, ", ");
       json_num(json, "own_vs_openblas", mr_blas);
+      fprintf(json, ", ");
+      json_num(json, "peak_vs_clblast", m_ceiling);
       fprintf(json, "},\n    \"per_step\": {");
       json_num(json, "gflop", step_gflop);
       for (int impl = 0; impl < NIMPL; impl++) {

@@ -292,12 +292,12 @@ done:
 #define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
 #define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
-#define OWN_PASS_MIN_K 768  /* where B is read in place, a longer K runs in passes (own_gemm) */
-#define OWN_PASS_K 512      /* of slices of about this K */
+#define OWN_PASS_MIN_K 768  /* where B is read in place, a longer K runs in slices (own_gemm) */
+#define OWN_PASS_K 512      /* of about this K */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
-/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_at's tile group, gemm_an_strips's part. */
+/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_at's tile group, a strip's part. */
 static size_t group_tiles(size_t K) {
   size_t g = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
   return g ? g : 1;
@@ -307,36 +307,40 @@ static size_t group_tiles(size_t K) {
 static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a,
                     cf_mem B, size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   if (!(fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
-        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off) &&
-        /* the offsets of a pass over a slice of K */
-        fits32(A.off + K * (trans_a ? lda : 1)) && fits32(B.off + K * (trans_b ? 1 : ldb))))
+        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off)))
     return 0;
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
   if (tiles > UINT32_MAX / panels) return 0;
   /* gemm_at's packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start
-   * (gemm_an_strips's per-item copies are sized, and bounded by max_alloc, in own_gemm_an_strips) */
+   * (the strip kernels index their per-item copies in size_t) */
   double per_b = (trans_b || N % OWN_NR) ? (double)panels * OWN_NR * k : 0;
   double per_a = trans_a ? (double)tiles * OWN_MR * k : 0;
   return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
-/* op(A) = A: gemm_an_strips's column strips. Each panel is split into `parts`: with B read in place,
- * into parts of as many rows as one tile group (items side by side then share those
- * rows of A in cache); with op(B) packed (each part packs its own copy) only until there are at
- * least two items per compute unit and, while there are fewer than eight per unit, a multiple of
- * their count, so the units finish together. Never more parts than row tiles or 64, and one part
- * when the packed copies would not fit in one buffer. */
-static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
-                                    size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
-                                    cf_mem C, size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles,
-                                    int packed_b) {
-  size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, items = panels * batch, parts = 1;
-  if (!packed_b) parts = (tiles + group_tiles(K) - 1) / group_tiles(K);
+/* Column strips (gemm_an_strips, gemm_at_strips): how many parts each of the `items` column panels
+ * is split into. With B read in place, into parts of as many rows as one tile group for a slice of
+ * kc (items side by side then share those rows of A in cache); with op(B) packed (each part packs
+ * its own copy) only until there are at least two items per compute unit and, while there are
+ * fewer than eight per unit, a multiple of their count, so the units finish together. Never more
+ * parts than row tiles or 64, and one part when the packed copies would not fit in one buffer. */
+static size_t strip_parts(const cf_context *ctx, size_t items, size_t tiles, size_t K, size_t kc, int packed_b) {
+  size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, parts = 1;
+  if (!packed_b) parts = (tiles + group_tiles(kc) - 1) / group_tiles(kc);
   while (parts < tiles && parts < 64 &&
          (items * parts < 2 * cus || (items * parts < 8 * cus && (items * parts) % cus)))
     parts++;
   if (parts > 64) parts = 64;
   if (packed_b && items * parts * OWN_NR * K * sizeof(float) > ctx->info.max_alloc) parts = 1;
+  return parts;
+}
+
+/* op(A) = A: gemm_an_strips, op(B) read in place or packed by each item. */
+static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, size_t kc,
+                                    float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                                    size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
+                                    size_t panels, size_t tiles, int packed_b) {
+  size_t items = panels * batch, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
   cl_mem buf = NULL;
   if (packed_b) CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
   cf_launch L;
@@ -350,7 +354,45 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_uint(&L, (unsigned)parts);
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)kc);
   size_t global[2] = {panels * parts, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
+}
+
+/* op(A) = A^T, B read in place: gemm_at_strips (A^T in place) or gemm_at_rows (each item packs its
+ * rows of A^T into S, `per` row tiles each: 8 let gemm_pack_at8 pack them at once, and fewer only
+ * while the items would not give every compute unit two). */
+static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M, size_t N, size_t K, size_t kc,
+                                        float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                                        size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
+                                        size_t batch, size_t panels, size_t tiles) {
+  cf_launch L;
+  size_t global[2] = {0, batch}, local[2] = {1, 1};
+  if (a_inplace) {
+    size_t parts = strip_parts(ctx, panels * batch, tiles, K, kc, 0);
+    cf_launch_begin(&L, ctx, "gemm", "gemm_at_strips");
+    cf_arg_mem(&L, C);
+    cf_arg_mem(&L, A);
+    cf_arg_mem(&L, B);
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, parts);
+    global[0] = panels * parts;
+  } else {
+    size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8;
+    while (per > 1 && (tiles + per - 1) / per * batch < 2 * cus) per--;
+    size_t parts = (tiles + per - 1) / per;
+    cl_mem S;
+    CF_TRY(scratch_get(ctx, batch * parts * per * OWN_MR * K * sizeof(float), &S));
+    cf_launch_begin(&L, ctx, "gemm", "gemm_at_rows");
+    cf_arg_mem(&L, C);
+    cf_arg_mem(&L, A);
+    cf_arg_mem(&L, B);
+    cf_arg_buf(&L, S);
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, per);
+    global[0] = parts;
+  }
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)kc);
   return cf_launch_run(&L, 2, global, local);
 }
 
@@ -361,32 +403,27 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  /* A K over OWN_PASS_MIN_K runs as passes over slices of about OWN_PASS_K, C accumulating (beta 1
-   * after the first), where B is read in place: op(A) = A, and op(A) = A^T with B's rows a multiple
-   * of 4 KiB apart.
-   * Measured on Zen 5 with the calls interleaved, against one pass: NN K = 1024 3-5% faster (than
-   * the grouped tiles of the kernel gemm_an, since removed), 25% at K = 2048, TN with B's rows 4 KiB
-   * apart 6%; at K = 768 and 640 one pass was 5-9% faster, and so were the other TN and the NT
-   * products (B packed) at K = 1024. */
-  size_t passes = K > OWN_PASS_MIN_K ? (K + OWN_PASS_K - 1) / OWN_PASS_K : 1;
-  if (!trans_a && K > 0) {
-    int packed_b = trans_b || N % OWN_NR;
-    size_t kc = packed_b || passes < 2 ? K : (K + passes - 1) / passes;
-    for (size_t k0 = 0; k0 < K; k0 += kc) {
-      size_t kn = K - k0 < kc ? K - k0 : kc;
-      CF_TRY(own_gemm_an_strips(ctx, trans_b, M, N, kn, alpha, cf_shift(A, k0), lda, stride_a,
-                                cf_shift(B, trans_b ? k0 : k0 * ldb), ldb, stride_b, k0 ? 1.0f : beta, C, ldc, stride_c,
-                                batch, panels, tiles, packed_b));
-    }
-    return CF_OK;
-  }
-  /* op(A) = A^T, or K = 0 (C = beta C, A and B unread). A^T is read in place by gemm_at unless its
-   * rows are a multiple of 4 KiB apart (every row of a tile's k loop then falls in the same cache
-   * sets): then, and for M < 6, it is packed. Measured on Zen 5 with the calls interleaved, in place
-   * against packed: rows 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide
-   * 3-8%; 4 KiB apart, packed is faster. */
+  /* Where B is read in place, a K over OWN_PASS_MIN_K runs as slices of about OWN_PASS_K inside the
+   * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
+   * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
+   * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
+   * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
+  size_t slices = K > OWN_PASS_MIN_K ? (K + OWN_PASS_K - 1) / OWN_PASS_K : 1, kc = (K + slices - 1) / slices;
+  int packed_b = trans_b || N % OWN_NR;
+  if (!trans_a && K > 0)
+    return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
+                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b);
+  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
+   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
+   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
+   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
+   * packed is faster. */
   int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
-  int pack_b = !((!trans_b && N % OWN_NR == 0) || K == 0), pack_a = trans_a && K > 0 && !a_inplace;
+  if (trans_a && K > 0 && !packed_b)
+    return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                                  ldc, stride_c, batch, panels, tiles);
+  /* gemm_at: op(A) = A^T with op(B) packed by gemm_pack_b, or K = 0 (C = beta C, A and B unread) */
+  int pack_b = packed_b && K > 0, pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
   cl_mem buf = NULL;
   if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
@@ -418,26 +455,19 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
     CF_TRY(cf_launch_run(&L, 3, global, local));
   }
-  size_t kc = pack_b || ldb % 1024 || passes < 2 ? K : (K + passes - 1) / passes;
-  size_t k0 = 0;
-  do {  /* once when K = 0; row k of op(A) and of op(B) is k * lda_k and k * b_ld in, packed or not */
-    size_t kn = K - k0 < kc ? K - k0 : kc, group = group_tiles(kn);
-    if (group > tiles) group = tiles;
-    cf_launch L;
-    cf_launch_begin(&L, ctx, "gemm", "gemm_at");
-    cf_arg_mem(&L, C);
-    cf_arg_mem(&L, cf_shift(Ap, k0 * lda_k));
-    cf_arg_mem(&L, cf_shift(Bp, k0 * b_ld));
-    CF_ARG_UINTS(&L, M, N, kn, lda_k, ldc, b_ld, b_panel, sap, sbp, stride_c);
-    cf_arg_float(&L, alpha);
-    cf_arg_float(&L, k0 ? 1.0f : beta);
-    cf_arg_uint(&L, (unsigned)group);
-    cf_arg_uint(&L, (unsigned)(OWN_MR * K));  /* a_panel: packed panels hold all of K */
-    size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
-    CF_TRY(cf_launch_run(&L, 2, global, local));
-    k0 += kn;
-  } while (k0 < K);
-  return CF_OK;
+  size_t group = group_tiles(K);
+  if (group > tiles) group = tiles;
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "gemm", "gemm_at");
+  cf_arg_mem(&L, C);
+  cf_arg_mem(&L, Ap);
+  cf_arg_mem(&L, Bp);
+  CF_ARG_UINTS(&L, M, N, K, lda_k, ldc, b_ld, b_panel, sap, sbp, stride_c);
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)group);
+  size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
 }
 
 /* ---------- entry points ---------- */
