@@ -273,8 +273,10 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 // op(A)'s rows r0..r0+5, r0 = min(m0, M - 6): the last row tile slides up to end at row M - 1
 // rather than read past A's rows (rows r0..m0-1 are the tile above's and are not stored), so one
 // branch-free loop serves every tile (two loops, full and clamped, made PoCL's register allocator
-// spill accumulators). Measured against one item per tile with slices as separate launches: 0-11%
-// faster on the model's weight gradients. global: (panels * parts, batch), local (1, 1)
+// spill accumulators). Against gemm_at (one item per tile, slices as separate launches), run
+// alternately with that build (medians of 4 runs each, cores 500 ns apart): the model's weight
+// gradients 768 x 256 x 1024 26% faster, 256 x 256 x 1024 13%, 256 x 1024 x 1024 1%; in one process
+// with the cores 120-170 ns apart, 0-11%. global: (panels * parts, batch), local (1, 1)
 __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
                              uint stride_a, uint stride_b, uint stride_c, uint parts, float alpha, float beta,
@@ -311,8 +313,9 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
 // A^T (zero past row M) into its own region of S (per * 6 * K floats at (bi * parts + part) * that),
 // then computes them against every column panel in turn, in slices of kc. For an A whose rows
 // lie a multiple of 4 KiB apart (read in place, a tile's k loop would put every row in the same
-// cache sets) or M < 6. Measured against gemm_pack_at and one item per tile: 1024 x 256 x 1024
-// 7-13% faster, 1024 x 1024 x 1024 6%. global: (ceil(ceil(M/6) / per), batch), local (1, 1)
+// cache sets) or M < 6. Against gemm_pack_at then gemm_at: 1024 x 256 x 1024 20% faster, run
+// alternately with that build as above; in one process 7-13% (and 1024 x 1024 x 1024 6%). Eight
+// row tiles an item beat 4 and 16 by 8-12%. global: (ceil(ceil(M/6) / per), batch), local (1, 1)
 __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *A, uint a_off,
                            __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                            uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, float alpha,
