@@ -7,7 +7,9 @@
  * Keys are only ever added, never renamed, within a schema version.
  *   schema                 1
  *   clformer_version       "0.1.0"
- *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs}
+ *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs, "core_round_trip_ns":
+ *                           a value passed between CPUs 0 and 1 and back (gemm and all on a CPU device; else
+ *                           null)}
  *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
  *                           "compute_units", "kernel_shapes" ("cpu" or "gpu": see CLFORMER_KERNEL_SHAPES)}
  *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
@@ -163,6 +165,15 @@ int cmd_bench(int argc, char **argv) {
   if (st != CF_OK) return cf_exit_code(st);
   so.t_context = cf_now();
 
+  int all = !strcmp(what, "all");
+  int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
+  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  /* where our own GEMM runs on the host's cores, how far apart they are explains much of the drift between runs */
+  double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns() : -1;
+  if (round_trip > 0)
+    fprintf(json_path && !strcmp(json_path, "-") ? stderr : stdout,
+            "host: core-to-core round trip %.0f ns (CPUs 0 and 1; data written by one core and read by another "
+            "costs this)\n", round_trip);
   FILE *json = NULL;
   if (json_path) {
     json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
@@ -176,7 +187,9 @@ int cmd_bench(int argc, char **argv) {
     host_cpu(cpu, sizeof cpu);
     fprintf(json, "{\n  \"schema\": 1,\n  \"clformer_version\": \"%s\",\n  \"host\": {\"cpu\": ", CLFORMER_VERSION);
     cf_json_string(json, cpu);
-    fprintf(json, ", \"cpus\": %ld},\n  \"device\": {", sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(json, ", \"cpus\": %ld, ", sysconf(_SC_NPROCESSORS_ONLN));
+    if (round_trip > 0) fprintf(json, "\"core_round_trip_ns\": %.0f},\n  \"device\": {", round_trip);
+    else fprintf(json, "\"core_round_trip_ns\": null},\n  \"device\": {");
     const char *keys[] = {"name", "platform", "platform_version", "driver", "type"};
     const char *vals[] = {d->name, d->platform_name, d->platform_version, d->driver_version,
                           cf_device_type_str(d->type)};
@@ -188,12 +201,9 @@ int cmd_bench(int argc, char **argv) {
     fprintf(json, "\"compute_units\": %u, \"kernel_shapes\": \"%s\"}", d->compute_units,
             cf_context_cpu_shapes(ctx) ? "cpu" : "gpu");
   }
-  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
   if (cf_context_cpu_shapes(ctx) != device_cpu)
     fprintf(json == stdout ? stderr : stdout, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
             "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
-  int all = !strcmp(what, "all");
-  int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
   if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
   if (kernels) {
     if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */

@@ -80,9 +80,12 @@ if [[ $rc -eq 0 && -z "$miss" ]]; then ok "bench kernels --only adam: JSON"; els
 # that are the medians' ratios, min <= median <= max; the JSON alone on stdout
 "$bin" bench gemm "${small[@]}" --set model.layers=2 --repeat 3 --json - >"$tmp/g.json" 2>"$tmp/g.err"; rc=$?
 miss=$("$py" - "$tmp/g.json" <<'EOF'
-import json, sys
-g = json.load(open(sys.argv[1]))["gemm"]
+import json, statistics, sys
+d = json.load(open(sys.argv[1]))
+g = d["gemm"]
 bad = []
+rt = d["host"]["core_round_trip_ns"]  # measured on a CPU device with two CPUs or more
+if (rt is None) != (d["host"]["cpus"] < 2) or (rt is not None and not 0 < rt < 1e6): bad.append("core_round_trip_ns %r" % rt)
 if g["repeat"] != 3: bad.append("repeat %r" % g["repeat"])
 sh = g["shapes"]
 if len(sh) != 21 or sum(s["batch"] > 1 for s in sh) != 6: bad.append("%d shapes" % len(sh))
@@ -93,6 +96,10 @@ for s in sh:
     if abs(s["own_vs_clblast"] - s["own"]["median"] / s["clblast"]["median"]) > 2e-3 * s["own_vs_clblast"]:
         bad.append(s["name"] + " ratio")
     if s["flops"] != 2 * s["M"] * s["N"] * s["K"] * s["batch"]: bad.append(s["name"] + " flops")
+    if abs(s["peak_vs_clblast"] - g["peak_gflops"] / s["clblast"]["median"]) > 2e-3 * s["peak_vs_clblast"]:
+        bad.append(s["name"] + " ceiling")
+if abs(g["median"]["peak_vs_clblast"] - statistics.median(s["peak_vs_clblast"] for s in sh)) > 2e-3 * g["median"]["peak_vs_clblast"]:
+    bad.append("median ceiling")
 # one step's products: the logits' projection once, every other shape once per block
 layers = {s["per_step"] for s in sh if not s["name"].startswith("logits")}
 if layers != {2} or any(s["per_step"] != 1 for s in sh if s["name"].startswith("logits")): bad.append("per_step counts")
@@ -106,8 +113,9 @@ if st["openblas_ms"] is not None: bad.append("openblas_ms without --vs-blas")
 print(" ".join(bad))
 EOF
 )
-if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* && $(cat "$tmp/g.err") == *"one training step's products"* ]]
-then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios, one step's products"
+if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* && $(cat "$tmp/g.err") == *"one training step's products"* &&
+      $(cat "$tmp/g.err") == *"ceiling: a kernel at the FMA peak"* ]]
+then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios, ceiling, one step's products, core round trip"
 else bad "bench gemm --repeat 3 rc=$rc: $miss"; head -5 "$tmp/g.err"; fi
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?

@@ -46,11 +46,14 @@ def rows_of(r):
     add("setup", "driver", get(r, "device", "driver"))
     add("setup", "compute units", get(r, "device", "compute_units"))
     add("setup", "host CPU", get(r, "host", "cpu"))
+    add("setup", "host core-to-core round trip (ns)", get(r, "host", "core_round_trip_ns"), 0)
     add("setup", "clformer", get(r, "clformer_version"))
     add("summary", "copy bandwidth (GB/s)", get(r, "kernels", "copy", "gbs"))
     add("summary", "fp32 FMA peak (GFLOP/s)", get(r, "gemm", "peak_gflops"))
     for impl in ("own", "clblast", "openblas"):
         add("summary", f"GEMM median, {impl} (GFLOP/s)", get(r, "gemm", "median", impl))
+    add("summary", "GEMM median, own / clblast", get(r, "gemm", "median", "own_vs_clblast"), 2)
+    add("summary", "GEMM ceiling (FMA peak / clblast, median)", get(r, "gemm", "median", "peak_vs_clblast"), 2)
     for impl in ("own", "clblast", "openblas"):
         add("summary", f"GEMM of one step, {impl} (ms)", get(r, "gemm", "per_step", impl + "_ms"))
     s = get(r, "step")
