@@ -221,6 +221,17 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   GEMM_KLOOP              \
   GEMM_EPILOGUE
 
+// The start of a column-strip item (gemm_an_strips, gemm_at_strips): item w takes column panel
+// p = w % nt and row tiles t0..t1-1, part w / nt of the parts; c is the panel's first column of C.
+#define GEMM_STRIP_ITEM                                                                     \
+  uint w = get_global_id(0), bi = get_global_id(1);                                         \
+  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;                   \
+  uint p = w % nt, part = w / nt;                                                           \
+  if (part >= parts) return;                                                                \
+  uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);                                    \
+  uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts);   \
+  __global float *c = C + c_off + (size_t)bi * stride_c + n0;
+
 // C (batch, M, N) = A (batch, M, K) op(B) by column strips: item w computes row tiles
 // part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) of column panel
 // p = w % panels one after another, so the panel stays in cache across them, and items next to
@@ -235,11 +246,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
                              float alpha, float beta, uint kc) {
-  uint w = get_global_id(0), bi = get_global_id(1);
-  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;
-  uint p = w % nt, part = w / nt;
-  if (part >= parts) return;
-  uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);
+  GEMM_STRIP_ITEM
   __global const float *b = B + b_off + (size_t)bi * stride_b;
   __global const float *panel = b + n0;
   uint b_ld = ldb;
@@ -250,8 +257,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
     b_ld = GEMM_NR;
   }
   __global const float *a_all = A + a_off + (size_t)bi * stride_a;
-  __global float *c = C + c_off + (size_t)bi * stride_c + n0;
-  uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts), k_all = K;
+  uint k_all = K;
   float beta_all = beta;
   for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
     uint K = min(kc, k_all - k0);
@@ -281,15 +287,10 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
                              uint stride_a, uint stride_b, uint stride_c, uint parts, float alpha, float beta,
                              uint kc) {
-  uint w = get_global_id(0), bi = get_global_id(1);
-  uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;
-  uint p = w % nt, part = w / nt;
-  if (part >= parts) return;
-  uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0), b_ld = ldb;
+  GEMM_STRIP_ITEM
   __global const float *panel = B + b_off + (size_t)bi * stride_b + n0;
   __global const float *a = A + a_off + (size_t)bi * stride_a;
-  __global float *c = C + c_off + (size_t)bi * stride_c + n0;
-  uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts), k_all = K;
+  uint k_all = K, b_ld = ldb;
   float beta_all = beta;
   for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
     uint K = min(kc, k_all - k0);
