@@ -179,22 +179,23 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
   run_case(ctx, impl, r, 0, 0, 1024, 256, 256, 1, 1.0f, 0.0f);
-  /* A^T read in place by our gemm_at (the last row tile, 250 = 41 * 6 + 4, slides up over the tile
-   * above), and packed (rows 4 KiB apart), with beta != 0 */
+  /* A^T read in place (gemm_at_strips; gemm_at where op(B) is packed: the last row tile,
+   * 250 = 41 * 6 + 4, slides up over the tile above), and packed (rows 4 KiB apart: by the items of
+   * gemm_at_rows, eight row tiles each, or by gemm_pack_at where op(B) is packed), with beta != 0 */
   run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 1, 250, 64, 77, 2, -1.0f, 1.0f);
   run_case(ctx, impl, r, 1, 0, 40, 300, 50, 1, 1.0f, 0.5f);
   lda_set = 1024;
   run_case(ctx, impl, r, 1, 0, 250, 64, 77, 1, 1.0f, 0.5f);
   run_case(ctx, impl, r, 1, 0, 300, 40, 50, 1, 1.0f, 0.5f);
-  /* packed A^T in groups of eight 6-row panels over 64-k blocks: two whole groups, one of a single
+  /* gemm_pack_at's groups of eight 6-row panels over 64-k blocks: two whole groups, one of a single
    * partial panel, K = 2 * 64 + 2, batched */
   run_case(ctx, impl, r, 1, 0, 100, 300, 130, 2, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 1, 100, 300, 130, 2, 0.5f, 1.0f);
   lda_set = 0;
-  /* K past 768 in passes over slices of K, C accumulating after the first (B read in place: NN with N
-   * a multiple of 64, and TN with B's rows 4 KiB apart, A^T packed or read in place), beta 0 over
-   * poison and beta != 0, batched with offsets */
+  /* K past 768 in slices inside the kernels, C accumulating after the first (B read in place: NN with
+   * N a multiple of 64, and TN, A^T packed or read in place), beta 0 over poison and beta != 0,
+   * batched with offsets */
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 2, 0.5f, 0.5f);
   run_case(ctx, impl, r, 0, 0, 37, 128, 1100, 1, 1.0f, 0.0f);
   ldb_set = 1024;
@@ -203,6 +204,9 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   lda_set = 2048;
   run_case(ctx, impl, r, 1, 0, 30, 320, 900, 1, -1.0f, 0.0f);  /* A^T packed */
   run_case(ctx, impl, r, 1, 0, 30, 192, 900, 2, 1.0f, 0.5f);
+  lda_set = 1024;  /* gemm_at_rows: six items of eight row tiles a matrix, the last with a partial tile */
+  ldb_set = 0;
+  run_case(ctx, impl, r, 1, 0, 250, 128, 1100, 2, 1.0f, 0.5f);
   lda_set = ldb_set = 0;
   tight = 1;  /* C's rows aligned (whole-float16 stores) */
   run_case(ctx, impl, r, 0, 0, 20, 128, 1000, 2, 1.0f, 0.0f);
@@ -212,7 +216,7 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   /* C's rows 64-byte aligned (our kernels store whole float16s), full and partial column panels */
   tight = 1;
   /* A^T read in place with lda 6 = M, the value that also means "packed" to gemm_at (one tile: the
-   * same layout either way) */
+   * same layout either way), with B in place (gemm_at_strips) and packed (gemm_at) */
   for (int tb = 0; tb < 2; tb++) run_case(ctx, impl, r, 1, tb, 6, 64, 37, 3, 1.0f, 0.5f);
   for (int t = 0; t < 4; t++) {
     run_case(ctx, impl, r, t & 1, t >> 1, 40, 64, 50, 1, 1.0f, t & 1 ? 0.5f : 0.0f);
