@@ -310,23 +310,27 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
 }
 
 // C (batch, M, N) = A^T B, B read in place as in gemm_at_strips, A^T packed by the item that reads
-// it: item `part` takes row tiles part * per .. part * per + per - 1, packs their K x 6 panels of
-// A^T (zero past row M) into its own region of S (per * 6 * K floats at (bi * parts + part) * that),
-// then computes them against every column panel in turn, in slices of kc. For an A whose rows
-// lie a multiple of 4 KiB apart (read in place, a tile's k loop would put every row in the same
-// cache sets) or M < 6. Against gemm_pack_at then gemm_at: 1024 x 256 x 1024 20% faster, run
-// alternately with that build as above; in one process 7-13% (and 1024 x 1024 x 1024 6%). Eight
-// row tiles an item beat 4 and 16 by 8-12%. global: (ceil(ceil(M/6) / per), batch), local (1, 1)
+// it: item (part, g) takes row tiles part * per .. part * per + per - 1 and column group g of
+// groups (panels g * nt / groups .. (g + 1) * nt / groups - 1), packs the K x 6 panels of A^T for its
+// tiles (zero past row M) into its own region of S (per * 6 * K floats at ((bi * groups + g) * parts
+// + part) * that), then computes them against each of its column panels in turn, in slices of kc.
+// For an A whose rows lie a multiple of 4 KiB apart (read in place, a tile's k loop would put
+// every row in the same cache sets) or M < 6. Against gemm_pack_at then gemm_at: 1024 x 256 x 1024
+// 20% faster, run alternately with that build as above; in one process 7-13% (and 1024 x 1024 x
+// 1024 6%). Eight row tiles an item beat 4 and 16 by 8-12%; column groups (each packing the same
+// rows again) only where the row parts alone would leave compute units idle.
+// global: (parts * groups, batch), local (1, 1)
 __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *A, uint a_off,
                            __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
-                           uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, float alpha,
-                           float beta, uint kc) {
-  uint part = get_global_id(0), bi = get_global_id(1);
+                           uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, uint groups,
+                           float alpha, float beta, uint kc) {
+  uint w = get_global_id(0), bi = get_global_id(1);
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR, parts = (mt + per - 1) / per;
-  if (part >= parts) return;
+  uint part = w % parts, g = w / parts;
+  if (g >= groups) return;
   uint t0 = part * per, t1 = min(t0 + per, mt), m_lo = GEMM_MR * t0, mn = min(GEMM_MR * t1, M) - m_lo;
   size_t a_panel = (size_t)GEMM_MR * K;
-  __global float *own = S + ((size_t)bi * parts + part) * per * a_panel;
+  __global float *own = S + (((size_t)bi * groups + g) * parts + part) * per * a_panel;
   __global const float *a = A + a_off + (size_t)bi * stride_a + m_lo;
   uint t8 = mn / (8 * GEMM_MR) * 8;  // tiles packed 8 at a time, then the rest one at a time
   for (uint t = 0; t < t8; t += 8) gemm_pack_at8(own + t * a_panel, a + GEMM_MR * t, K, lda, a_panel);
@@ -345,7 +349,7 @@ __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *
   }
   uint k_all = K, b_ld = ldb;
   float beta_all = beta;
-  for (uint p = 0; p < nt; p++) {
+  for (uint p = (uint)((ulong)g * nt / groups); p < (uint)(((ulong)g + 1) * nt / groups); p++) {
     uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);
     __global const float *panel = B + b_off + (size_t)bi * stride_b + n0;
     __global float *c = C + c_off + (size_t)bi * stride_c + n0;

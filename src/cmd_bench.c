@@ -8,8 +8,8 @@
  *   schema                 1
  *   clformer_version       "0.1.0"
  *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs, "core_round_trip_ns":
- *                           a value passed between CPUs 0 and 1 and back (gemm and all on a CPU device; else
- *                           null)}
+ *                           a value passed between the first two CPUs the process may use and back (gemm and
+ *                           all on a CPU device, when it could be measured; else null)}
  *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
  *                           "compute_units", "kernel_shapes" ("cpu" or "gpu": see CLFORMER_KERNEL_SHAPES)}
  *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
@@ -169,11 +169,12 @@ int cmd_bench(int argc, char **argv) {
   int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
   int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
   /* where our own GEMM runs on the host's cores, how far apart they are explains much of the drift between runs */
-  double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns() : -1;
+  int probe_cpus[2] = {0, 0};
+  double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
   if (round_trip > 0)
     fprintf(json_path && !strcmp(json_path, "-") ? stderr : stdout,
-            "host: core-to-core round trip %.0f ns (CPUs 0 and 1; data written by one core and read by another "
-            "costs this)\n", round_trip);
+            "host: core-to-core round trip %.0f ns (CPUs %d and %d; data written by one core and read by another "
+            "costs this)\n", round_trip, probe_cpus[0], probe_cpus[1]);
   FILE *json = NULL;
   if (json_path) {
     json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;

@@ -360,8 +360,9 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
 }
 
 /* op(A) = A^T, B read in place: gemm_at_strips (A^T in place) or gemm_at_rows (each item packs its
- * rows of A^T into S, `per` row tiles each: 8 let gemm_pack_at8 pack them at once, and fewer only
- * while the items would not give every compute unit two). */
+ * rows of A^T into S: `per` row tiles, 8 letting gemm_pack_at8 pack them at once, for a group of
+ * the column panels). While the items would not give every compute unit two, the columns are
+ * split into more groups (up to one panel each), then the row parts made smaller. */
 static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M, size_t N, size_t K, size_t kc,
                                         float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                         size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
@@ -377,18 +378,22 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
     CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, parts);
     global[0] = panels * parts;
   } else {
-    size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8;
-    while (per > 1 && (tiles + per - 1) / per * batch < 2 * cus) per--;
+    size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8, groups = 1;
+    while ((tiles + per - 1) / per * groups * batch < 2 * cus) {
+      if (groups < panels) groups++;
+      else if (per > 1) per--;
+      else break;
+    }
     size_t parts = (tiles + per - 1) / per;
     cl_mem S;
-    CF_TRY(scratch_get(ctx, batch * parts * per * OWN_MR * K * sizeof(float), &S));
+    CF_TRY(scratch_get(ctx, batch * groups * parts * per * OWN_MR * K * sizeof(float), &S));
     cf_launch_begin(&L, ctx, "gemm", "gemm_at_rows");
     cf_arg_mem(&L, C);
     cf_arg_mem(&L, A);
     cf_arg_mem(&L, B);
     cf_arg_buf(&L, S);
-    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, per);
-    global[0] = parts;
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, per, groups);
+    global[0] = parts * groups;
   }
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);

@@ -86,8 +86,9 @@ cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
 /* The median of v[0..n) (sorting v in place; NaN when n == 0): the benchmarks' statistic. */
 double cf_median(double *v, int n);
 /* src/host_probe.c: the median round trip in ns of a value passed between two threads pinned to
- * CPUs 0 and 1 (about 0.1 s), or -1 with fewer than two CPUs or when the partner never ran. */
-double cf_host_core_round_trip_ns(void);
+ * the first two CPUs this process may use (about 0.1 s; cpus receives them), or -1 where there are
+ * not two, pinning fails, the partner does not answer within 0.5 s, or the host is not Linux. */
+double cf_host_core_round_trip_ns(int cpus[2]);
 /* s as a JSON string literal (quotes, backslashes and control characters escaped). */
 void cf_json_string(FILE *f, const char *s);
 /* mkdir -p */

@@ -2,11 +2,14 @@
  * all transpose forms, sizes at the edges of our 6 x 64 register tiles, K past 1000 (several
  * tile groups), offsets, padded rows and matrices that must stay untouched, alpha/beta (beta 0
  * over a NaN-poisoned C), the strided-batched form with odd strides, the choice of
- * implementation by $CLFORMER_GEMM, and run-to-run bit equality. Relative error in the
- * Frobenius norm below 1e-5. */
+ * implementation by $CLFORMER_GEMM, run-to-run bit equality, and (our kernels, CPU devices) no
+ * read or write past either end of tightly sized operands. Relative error in the Frobenius norm
+ * below 1e-5. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "testutil.h"
 
@@ -204,6 +207,8 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   lda_set = 2048;
   run_case(ctx, impl, r, 1, 0, 30, 320, 900, 1, -1.0f, 0.0f);  /* A^T packed */
   run_case(ctx, impl, r, 1, 0, 30, 192, 900, 2, 1.0f, 0.5f);
+  for (size_t m = 1; m < 6; m++)  /* gemm_at_rows with M < 6: one partial row tile, packed */
+    run_case(ctx, impl, r, 1, 0, m, 192, m % 2 ? 1100 : 7, 3, 1.0f, m % 2 ? 0.0f : 0.5f);
   lda_set = 1024;  /* gemm_at_rows: six items of eight row tiles a matrix, the last with a partial tile */
   ldb_set = 0;
   run_case(ctx, impl, r, 1, 0, 250, 128, 1100, 2, 1.0f, 0.5f);
@@ -269,6 +274,100 @@ static void check_tuned(cf_context *ctx, test_rng *r) {
   cf_gemm_tune_reload(ctx);  /* CLBlast keeps the last parameters for this process; the table is reread */
 }
 
+/* n floats in host memory that touch an inaccessible page at their end (at_end) or their start,
+ * wrapped in a buffer with CL_MEM_USE_HOST_PTR: on a CPU device (PoCL uses the pointer itself) a
+ * kernel that reads or writes outside them faults. */
+typedef struct {
+  void *map;
+  size_t map_bytes;
+  float *p;
+  cl_mem buf;
+} guarded;
+
+static guarded guarded_make(cf_context *ctx, size_t n, int at_end) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = n * sizeof(float);
+  size_t pages = (bytes + page - 1) / page + 1;
+  guarded g = {NULL, pages * page, NULL, NULL};
+  g.map = mmap(NULL, g.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  TEST_ASSERT(g.map != MAP_FAILED, "mmap of %zu bytes failed", g.map_bytes);
+  if (g.map == MAP_FAILED) exit(1);
+  char *base = g.map;
+  if (at_end) {
+    TEST_ASSERT(mprotect(base + (pages - 1) * page, page, PROT_NONE) == 0, "mprotect failed");
+    g.p = (float *)(base + (pages - 1) * page - bytes);
+  } else {
+    TEST_ASSERT(mprotect(base, page, PROT_NONE) == 0, "mprotect failed");
+    g.p = (float *)(base + page);
+  }
+  cl_int err;
+  g.buf = clCreateBuffer(cf_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, g.p, &err);
+  TEST_ASSERT(err == CL_SUCCESS, "clCreateBuffer(CL_MEM_USE_HOST_PTR) failed: %d", err);
+  if (err != CL_SUCCESS) exit(1);
+  return g;
+}
+
+static void guarded_free(guarded *g) {
+  clReleaseMemObject(g->buf);
+  munmap(g->map, g->map_bytes);
+}
+
+/* One batched product through our kernels on operands with no padding at all (lda the row length
+ * unless given, matrices back to back), each against a guard page at one end; C poisoned when
+ * beta is 0. */
+static void guarded_case(cf_context *ctx, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K, size_t lda,
+                         size_t batch, float beta, int at_end) {
+  size_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+  if (!lda) lda = acols;
+  size_t ldb = bcols, ldc = N;
+  size_t sa = (arows - 1) * lda + acols, sb = brows * ldb, sc = M * ldc;  /* A's last row unpadded too */
+  guarded A = guarded_make(ctx, batch * sa, at_end), B = guarded_make(ctx, batch * sb, at_end),
+          C = guarded_make(ctx, batch * sc, at_end);
+  test_fill_uniform(r, A.p, batch * sa, -1, 1);
+  test_fill_uniform(r, B.p, batch * sb, -1, 1);
+  test_fill_uniform(r, C.p, batch * sc, -1, 1);
+  double *ref = malloc(batch * sc * sizeof *ref);
+  for (size_t i = 0; i < batch * sc; i++) ref[i] = C.p[i];
+  for (size_t bi = 0; bi < batch; bi++)
+    ref_gemm(ta, tb, M, N, K, 1.0f, A.p + bi * sa, lda, B.p + bi * sb, ldb, beta, ref + bi * sc, ldc);
+  if (beta == 0.0f)
+    for (size_t i = 0; i < batch * sc; i++) C.p[i] = NAN;
+  TEST_OK(cf_gemm_batched_with(ctx, CF_GEMM_OWN, ta, tb, M, N, K, 1.0f, cf_at(A.buf, 0), lda, sa, cf_at(B.buf, 0),
+                               ldb, sb, beta, cf_at(C.buf, 0), ldc, sc, batch));
+  float *out = test_read(ctx, cf_at(C.buf, 0), batch * sc);
+  int nonfinite;
+  double err = rel_fro(out, ref, batch * sc, &nonfinite);
+  ncases++;
+  TEST_ASSERT(nonfinite == 0 && err < 1e-5, "own guarded %c%c M=%zu N=%zu K=%zu lda=%zu batch=%zu beta=%g, guard %s: "
+              "relative error %.3g, %d non-finite", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, batch, beta,
+              at_end ? "after" : "before", err, nonfinite);
+  free(out);
+  free(ref);
+  guarded_free(&A);
+  guarded_free(&B);
+  guarded_free(&C);
+}
+
+/* Every path of our kernels with its operands against guard pages: the column strips (B in place,
+ * slices of K; B packed by the items), A^T read in place (the last row tile sliding up) and packed
+ * by gemm_at_rows's items (eight row tiles, fewer, M < 6), gemm_at with op(B) packed. */
+static void check_guarded(cf_context *ctx, test_rng *r) {
+  if (!(cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU)) return;  /* elsewhere the host pointer is copied */
+  for (int at_end = 0; at_end < 2; at_end++) {
+    guarded_case(ctx, r, 0, 0, 37, 128, 1100, 0, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 0, 1, 37, 100, 300, 0, 2, 0.5f, at_end);
+    guarded_case(ctx, r, 0, 0, 5, 100, 9, 0, 1, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 250, 128, 77, 0, 1, 0.5f, at_end);
+    guarded_case(ctx, r, 1, 0, 13, 64, 1100, 0, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 5, 128, 1100, 0, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 1, 64, 3, 0, 1, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 250, 128, 900, 1024, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 96, 64, 9, 1024, 1, 0.5f, at_end);
+    guarded_case(ctx, r, 1, 0, 250, 100, 77, 0, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 0, 5, 100, 77, 0, 2, 0.0f, at_end);
+    guarded_case(ctx, r, 1, 1, 250, 64, 900, 1024, 2, 0.5f, at_end);
+  }
+}
+
 int main(void) {
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(42);
@@ -276,6 +375,7 @@ int main(void) {
   run_all(ctx, CF_GEMM_CLBLAST, &r);
   run_all(ctx, CF_GEMM_OWN, &r);
   check_deterministic(ctx, &r);
+  check_guarded(ctx, &r);
   check_tuned(ctx, &r);
   printf("%d cases\n", ncases);
   cf_gemm_scratch_free(ctx);
