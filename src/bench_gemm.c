@@ -264,7 +264,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
 
   double peak = 0;
   CF_TRY(fma_peak(ctx, &peak));
-  fprintf(out, "device: %s (%s)\nfp32 FMA peak (register-only float16 kernel): %.1f GFLOP/s\n", d->name,
+  fprintf(out, "device: %s (%s)\nfp32 FMA peak (a kernel of register-only FMAs on float16 vectors, 16 x fp32): "
+          "%.1f GFLOP/s\n", d->name,
           d->platform_name, peak);
   if (vs_blas && !have_blas) fprintf(out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
   if (have_blas) fprintf(out, "OpenBLAS: core %s, %d threads (on the host)\n", bl.core, bl.threads);
@@ -273,7 +274,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
   else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
-  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after untimed calls for %.0f ms; "
+  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after at least %.0f ms of untimed calls; "
           "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, repeat);
   fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
           tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
@@ -372,15 +373,15 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     double m[NIMPL], mr_clb = cf_median(ratio_clb, nsh), mr_blas = have_blas ? cf_median(ratio_blas, nsh) : NAN;
     double m_ceiling = cf_median(ceiling_clb, nsh);
     for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
-    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); own/%s %.2fx", nsh,
-            tuned ? "tuned clblast" : "untuned clblast", m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
-            tuned ? "tuned clblast" : "untuned clblast", mr_clb);
-    if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, own/openblas %.2fx", m[IMPL_BLAS], mr_blas);
-    fprintf(out, "\nceiling: a kernel at the FMA peak on every shape would be %.2fx %s (median over shapes of "
-            "peak/clblast)", m_ceiling, tuned ? "tuned clblast" : "untuned clblast");
-    fprintf(out, "\none training step's products (%.1f GFLOP: each shape times its calls in a step): %s %.1f ms, "
-            "own %.1f ms (own %.2fx faster)", step_gflop, tuned ? "tuned clblast" : "untuned clblast",
-            step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
+    const char *clb = tuned ? "tuned clblast" : "untuned clblast";
+    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); median of the shapes' own/%s: "
+            "%.2fx", nsh, clb, m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak, clb, mr_clb);
+    if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, median of own/openblas: %.2fx", m[IMPL_BLAS], mr_blas);
+    fprintf(out, "\nupper bound: with every shape at the FMA peak, the median of own/%s would be %.2fx", clb,
+            m_ceiling);
+    fprintf(out, "\none training step's products (%.1f GFLOP: each shape's median time times its calls per step): "
+            "%s %.1f ms, own %.1f ms (own %.2fx faster)", step_gflop, clb, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN],
+            step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
     if (have_blas)
       fprintf(out, "; openblas %.1f ms (own %.2fx faster)", step_ms[IMPL_BLAS], step_ms[IMPL_BLAS] / step_ms[IMPL_OWN]);
     fprintf(out, "\n");

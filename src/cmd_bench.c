@@ -173,8 +173,9 @@ int cmd_bench(int argc, char **argv) {
   double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
   if (round_trip > 0)
     fprintf(json_path && !strcmp(json_path, "-") ? stderr : stdout,
-            "host: core-to-core round trip %.0f ns (CPUs %d and %d; data written by one core and read by another "
-            "costs this)\n", round_trip, probe_cpus[0], probe_cpus[1]);
+            "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
+            "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
+            probe_cpus[1]);
   FILE *json = NULL;
   if (json_path) {
     json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;

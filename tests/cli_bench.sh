@@ -115,7 +115,7 @@ print(" ".join(bad))
 EOF
 )
 if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* && $(cat "$tmp/g.err") == *"one training step's products"* &&
-      $(cat "$tmp/g.err") == *"ceiling: a kernel at the FMA peak"* ]]
+      $(cat "$tmp/g.err") == *"upper bound: with every shape at the FMA peak"* ]]
 then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios, ceiling, one step's products, core round trip"
 else bad "bench gemm --repeat 3 rc=$rc: $miss"; head -5 "$tmp/g.err"; fi
 

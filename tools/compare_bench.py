@@ -49,11 +49,13 @@ def rows_of(r):
     add("setup", "host core-to-core round trip (ns)", get(r, "host", "core_round_trip_ns"), 0)
     add("setup", "clformer", get(r, "clformer_version"))
     add("summary", "copy bandwidth (GB/s)", get(r, "kernels", "copy", "gbs"))
+    if get(r, "gemm") is not None:  # the clblast rows below are CLBlast as tuned by `clformer tune`, or untuned
+        add("setup", "CLBlast parameters", "tuned" if get(r, "gemm", "clblast_tuning") else "untuned (defaults)")
     add("summary", "fp32 FMA peak (GFLOP/s)", get(r, "gemm", "peak_gflops"))
     for impl in ("own", "clblast", "openblas"):
         add("summary", f"GEMM median, {impl} (GFLOP/s)", get(r, "gemm", "median", impl))
-    add("summary", "GEMM median, own / clblast", get(r, "gemm", "median", "own_vs_clblast"), 2)
-    add("summary", "GEMM ceiling (FMA peak / clblast, median)", get(r, "gemm", "median", "peak_vs_clblast"), 2)
+    add("summary", "GEMM, median of the shapes' own / clblast", get(r, "gemm", "median", "own_vs_clblast"), 2)
+    add("summary", "GEMM upper bound (median of FMA peak / clblast)", get(r, "gemm", "median", "peak_vs_clblast"), 2)
     for impl in ("own", "clblast", "openblas"):
         add("summary", f"GEMM of one step, {impl} (ms)", get(r, "gemm", "per_step", impl + "_ms"))
     s = get(r, "step")
