@@ -292,8 +292,8 @@ done:
 #define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
 #define OWN_NR 64
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
-#define OWN_PASS_MIN_K 768  /* where B is read in place, a longer K runs in slices (own_gemm) */
-#define OWN_PASS_K 512      /* of about this K */
+#define OWN_SLICE_MIN_K 768  /* where B is read in place, a longer K runs in slices (own_gemm) */
+#define OWN_SLICE_K 512      /* of about this K */
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
@@ -408,12 +408,12 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  /* Where B is read in place, a K over OWN_PASS_MIN_K runs as slices of about OWN_PASS_K inside the
+  /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
    * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
    * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
    * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
    * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
-  size_t slices = K > OWN_PASS_MIN_K ? (K + OWN_PASS_K - 1) / OWN_PASS_K : 1, kc = (K + slices - 1) / slices;
+  size_t slices = K > OWN_SLICE_MIN_K ? (K + OWN_SLICE_K - 1) / OWN_SLICE_K : 1, kc = (K + slices - 1) / slices;
   int packed_b = trans_b || N % OWN_NR;
   if (!trans_a && K > 0)
     return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
