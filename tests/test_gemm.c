@@ -352,20 +352,24 @@ static void guarded_case(cf_context *ctx, test_rng *r, int ta, int tb, size_t M,
  * by gemm_at_rows's items (eight row tiles, fewer, M < 6), gemm_at with op(B) packed. */
 static void check_guarded(cf_context *ctx, test_rng *r) {
   if (!(cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU)) return;  /* elsewhere the host pointer is copied */
-  for (int at_end = 0; at_end < 2; at_end++) {
-    guarded_case(ctx, r, 0, 0, 37, 128, 1100, 0, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 0, 1, 37, 100, 300, 0, 2, 0.5f, at_end);
-    guarded_case(ctx, r, 0, 0, 5, 100, 9, 0, 1, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 250, 128, 77, 0, 1, 0.5f, at_end);
-    guarded_case(ctx, r, 1, 0, 13, 64, 1100, 0, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 5, 128, 1100, 0, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 1, 64, 3, 0, 1, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 250, 128, 900, 1024, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 96, 64, 9, 1024, 1, 0.5f, at_end);
-    guarded_case(ctx, r, 1, 0, 250, 100, 77, 0, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 0, 5, 100, 77, 0, 2, 0.0f, at_end);
-    guarded_case(ctx, r, 1, 1, 250, 64, 900, 1024, 2, 0.5f, at_end);
-  }
+  static const struct { int ta, tb; size_t M, N, K, lda, batch; float beta; } cases[] = {
+      {0, 0, 37, 128, 1100, 0, 2, 0.0f},    /* strips, B in place, slices */
+      {0, 1, 37, 100, 300, 0, 2, 0.5f},     /* strips, B^T packed by the items */
+      {0, 0, 5, 100, 9, 0, 1, 0.0f},        /* strips, N not a multiple of 64: B packed */
+      {1, 0, 250, 128, 77, 0, 1, 0.5f},     /* gemm_at_strips, the last row tile sliding up */
+      {1, 0, 13, 64, 1100, 0, 2, 0.0f},     /* gemm_at_strips, slices */
+      {1, 0, 5, 128, 1100, 0, 2, 0.0f},     /* gemm_at_rows, M < 6 */
+      {1, 0, 1, 64, 3, 0, 1, 0.0f},         /* gemm_at_rows, M = 1 */
+      {1, 0, 250, 128, 900, 1024, 2, 0.0f}, /* gemm_at_rows, eight-tile items and a partial one */
+      {1, 0, 96, 64, 9, 1024, 1, 0.5f},     /* gemm_at_rows, whole eight-tile items only */
+      {1, 0, 250, 100, 77, 0, 2, 0.0f},     /* gemm_at, A^T in place, op(B) packed */
+      {1, 0, 5, 100, 77, 0, 2, 0.0f},       /* gemm_at, A^T packed by gemm_pack_at */
+      {1, 1, 250, 64, 900, 1024, 2, 0.5f},  /* gemm_at, both packed */
+  };
+  for (int at_end = 0; at_end < 2; at_end++)
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+      guarded_case(ctx, r, cases[i].ta, cases[i].tb, cases[i].M, cases[i].N, cases[i].K, cases[i].lda,
+                   cases[i].batch, cases[i].beta, at_end);
 }
 
 int main(void) {
