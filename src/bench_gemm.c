@@ -26,13 +26,12 @@
  *
  * CLBlast runs with whatever `clformer tune` stored for the device (every tuned parameter applied,
  * as in training); the header says which, and the JSON's "clblast_tuning" ({"applied", "file"}, or
- * null when untuned) records it.
+ * null when untuned) records it. With a tuning file, CLBlast is first timed on every shape with its
+ * own default parameters, the file held back (cf_gemm_tune_hold), then the file is applied: a
+ * process cannot put CLBlast back to its defaults once tuned parameters are in, so the two cannot
+ * take turns, and the "default clblast" column comes from a few seconds earlier than the others.
  *
- * JSON (the value of the caller's "gemm" key): {"device", "peak_gflops", "openblas": {"core",
- * "threads"} or null, "clblast_tuning", "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
- * "clblast"|"own"|"openblas": {"median", "min", "max"} (GFLOP/s; openblas null when absent),
- * "own_vs_clblast", "own_vs_openblas"}], "median": {"clblast", "own", "openblas",
- * "own_vs_clblast", "own_vs_openblas"}} (medians over the shapes). */
+ * JSON: the value of the caller's "gemm" key, documented at the top of src/cmd_bench.c. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -176,6 +175,43 @@ static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands
   return CF_OK;
 }
 
+/* Times the implementations impls[0..n-1] on one shape: a warm-up (builds kernels, touches memory),
+ * then `repeat` samples of each, taking turns, each a run of calls sized to ~2 ms of the slowest.
+ * stats[j] = GFLOP/s {median, min, max} of impls[j]. */
+static cf_status time_shape(cf_context *ctx, const gemm_shape *s, const blas *bl, const int *impls, int n, int repeat,
+                            double stats[][3]) {
+  operands o;
+  CF_TRY(operands_make(ctx, s, &o));
+  double flops = 2.0 * s->M * s->N * s->K * s->batch, slow = 0;
+  cf_status st = CF_OK;
+  for (int j = 0; j < n && st == CF_OK; j++) {
+    double t = 0;
+    st = sample(ctx, impls[j], s, &o, bl, 1, &t);
+    if (st == CF_OK) st = sample(ctx, impls[j], s, &o, bl, 2, &t);
+    if (t > slow) slow = t;
+  }
+  int calls = slow >= 2e-3 ? 1 : (int)ceil(2e-3 / (slow > 1e-7 ? slow : 1e-7));
+  if (calls > 200) calls = 200;
+  double *v = st == CF_OK ? malloc(sizeof(double) * (size_t)n * (size_t)repeat) : NULL;  /* v[j * repeat + r] */
+  if (st == CF_OK && !v) st = CF_FAIL(CF_ERR_NO_MEMORY, "bench gemm: %d samples", repeat);
+  for (int r = 0; r < repeat && st == CF_OK; r++)
+    for (int i = 0; i < n && st == CF_OK; i++) {
+      int j = (i + r) % n;
+      double t = 0;
+      st = sample(ctx, impls[j], s, &o, bl, calls, &t);
+      v[j * repeat + r] = flops / t * 1e-9;
+    }
+  operands_free(&o);
+  for (int j = 0; j < n && st == CF_OK; j++) {
+    double *vj = v + j * repeat;
+    stats[j][0] = cf_median(vj, repeat);  /* sorts vj */
+    stats[j][1] = vj[0];
+    stats[j][2] = vj[repeat - 1];
+  }
+  free(v);
+  return st;
+}
+
 /* ---------- the device's FMA peak ---------- */
 
 static cf_status fma_peak(cf_context *ctx, double *gflops) {
@@ -261,6 +297,9 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   int nsh = cf_gemm_model_shapes(cfg, sh);
   blas bl = {0};
   int have_blas = vs_blas && blas_open(&bl);
+  /* CLBlast's defaults are timed first, while the tuning file is held back: once its parameters are
+   * applied CLBlast cannot be put back to its defaults in this process */
+  int dflt = cf_gemm_tune_hold(ctx);
 
   double peak = 0;
   CF_TRY(fma_peak(ctx, &peak));
@@ -269,15 +308,36 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
           d->platform_name, peak);
   if (vs_blas && !have_blas) fprintf(out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
   if (have_blas) fprintf(out, "OpenBLAS: core %s, %d threads (on the host)\n", bl.core, bl.threads);
+  double dstats[BENCH_GEMM_MAX_SHAPES][3];  /* CLBlast with its defaults, when a tuning file was held */
+  if (dflt) {
+    fprintf(out, "CLBlast with its default parameters first (the tuned ones are applied after): ");
+    fflush(out);
+    int clb = IMPL_CLBLAST;
+    for (int si = 0; si < nsh; si++) {
+      cf_status st = time_shape(ctx, &sh[si], &bl, &clb, 1, repeat, &dstats[si]);
+      if (st != CF_OK) {
+        fprintf(out, "\n");
+        cf_gemm_tune_reload(ctx);
+        return st;
+      }
+      fprintf(out, ".");
+      fflush(out);
+    }
+    fprintf(out, " done\n");
+    fflush(out);
+    cf_gemm_tune_reload(ctx);
+  }
   char tuning[512], tpath[4200] = "";
   int tuned = cf_gemm_tune_summary(ctx, tuning, sizeof tuning);
+  if (!tuned) dflt = 0;  /* a file CLBlast took nothing from: both columns would be its defaults */
   if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
   else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
   fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after at least %.0f ms of untimed calls; "
           "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, repeat);
-  fprintf(out, "%-14s %-2s %5s %5s %5s %4s  %-22s %-22s %7s", "shape", "op", "M", "N", "K", "bat",
-          tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
+  fprintf(out, "%-14s %-2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
+  if (dflt) fprintf(out, "  %-22s", "default clblast GFLOP/s");
+  fprintf(out, "  %-22s %-22s %7s", tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
   if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
   fprintf(out, "\n");
   if (json) {
@@ -298,47 +358,23 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   }
 
   double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
+  double med_dflt[BENCH_GEMM_MAX_SHAPES], ratio_tuning[BENCH_GEMM_MAX_SHAPES], dflt_ms = 0;
   /* the most own/clblast could be at a shape: a kernel at the FMA peak against this run's clblast */
   double ceiling_clb[BENCH_GEMM_MAX_SHAPES];
   double step_ms[NIMPL] = {0}, step_gflop = 0;  /* one training step's products: each shape times its calls */
   cf_status st = CF_OK;
   for (int si = 0; si < nsh && st == CF_OK; si++) {
     const gemm_shape *s = &sh[si];
-    operands o;
-    st = operands_make(ctx, s, &o);
+    double flops = 2.0 * s->M * s->N * s->K * s->batch, stats[NIMPL][3];
+    int nimpl = have_blas ? 3 : 2, impls[NIMPL] = {IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS};
+    st = time_shape(ctx, s, &bl, impls, nimpl, repeat, stats);
     if (st != CF_OK) break;
-    double flops = 2.0 * s->M * s->N * s->K * s->batch;
-    int nimpl = have_blas ? 3 : 2, calls = 1;
-    /* warm-up (builds kernels, touches memory), then size a sample to ~2 ms of the slowest */
-    double slow = 0;
-    for (int impl = 0; impl < nimpl && st == CF_OK; impl++) {
-      double t = 0;
-      st = sample(ctx, impl, s, &o, &bl, 1, &t);
-      if (st == CF_OK) st = sample(ctx, impl, s, &o, &bl, 2, &t);
-      if (t > slow) slow = t;
+    for (int impl = 0; impl < nimpl; impl++) med[impl][si] = stats[impl][0];
+    if (dflt) {
+      med_dflt[si] = dstats[si][0];
+      ratio_tuning[si] = med[IMPL_CLBLAST][si] / med_dflt[si];
+      dflt_ms += s->per_step * flops / med_dflt[si] * 1e-6;
     }
-    if (st != CF_OK) { operands_free(&o); break; }
-    calls = slow >= 2e-3 ? 1 : (int)ceil(2e-3 / (slow > 1e-7 ? slow : 1e-7));
-    if (calls > 200) calls = 200;
-    double *v = malloc(sizeof(double) * NIMPL * (size_t)repeat);  /* v[impl * repeat + r] */
-    if (!v) st = CF_FAIL(CF_ERR_NO_MEMORY, "bench gemm: %d samples", repeat);
-    for (int r = 0; r < repeat && st == CF_OK; r++)
-      for (int j = 0; j < nimpl && st == CF_OK; j++) {
-        int impl = (j + r) % nimpl;
-        double t = 0;
-        st = sample(ctx, impl, s, &o, &bl, calls, &t);
-        v[impl * repeat + r] = flops / t * 1e-9;
-      }
-    operands_free(&o);
-    if (st != CF_OK) { free(v); break; }
-    double stats[NIMPL][3];
-    for (int impl = 0; impl < nimpl; impl++) {
-      double *vi = v + impl * repeat;
-      stats[impl][0] = med[impl][si] = cf_median(vi, repeat);  /* sorts vi */
-      stats[impl][1] = vi[0];
-      stats[impl][2] = vi[repeat - 1];
-    }
-    free(v);
     ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
     ceiling_clb[si] = peak / med[IMPL_CLBLAST][si];
     step_gflop += s->per_step * flops * 1e-9;
@@ -346,6 +382,11 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
     char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
     fprintf(out, "%-14s %-2s %5zu %5zu %5zu %4zu", s->name, op, s->M, s->N, s->K, s->batch);
+    if (dflt) {
+      char cell[64];
+      snprintf(cell, sizeof cell, "%.1f [%.1f-%.1f]", dstats[si][0], dstats[si][1], dstats[si][2]);
+      fprintf(out, "  %-22s", cell);
+    }
     for (int impl = 0; impl < nimpl; impl++) {
       char cell[64];
       snprintf(cell, sizeof cell, "%.1f [%.1f-%.1f]", stats[impl][0], stats[impl][1], stats[impl][2]);
@@ -360,6 +401,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
               "\"flops\": %.0f, \"per_step\": %d", si ? "," : "", s->name, op, s->M, s->N, s->K, s->batch, flops,
               s->per_step);
       for (int impl = 0; impl < NIMPL; impl++) json_stats(json, impl_names[impl], stats[impl], impl < nimpl);
+      json_stats(json, "clblast_default", dstats[si], dflt);
       fprintf(json, ", ");
       json_num(json, "own_vs_clblast", ratio_clb[si]);
       fprintf(json, ", ");
@@ -384,6 +426,13 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
             step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
     if (have_blas)
       fprintf(out, "; openblas %.1f ms (own %.2fx faster)", step_ms[IMPL_BLAS], step_ms[IMPL_BLAS] / step_ms[IMPL_OWN]);
+    double m_dflt = NAN, mr_tuning = NAN;
+    if (dflt) {  /* (cf_median sorts: the medians over shapes come after every per-shape use) */
+      mr_tuning = cf_median(ratio_tuning, nsh);
+      m_dflt = cf_median(med_dflt, nsh);
+      fprintf(out, "\nwhat tuning gave CLBlast: default clblast %.1f GFLOP/s median over the shapes, median of the "
+              "shapes' tuned/default %.2fx; one step's products %.1f ms with its defaults", m_dflt, mr_tuning, dflt_ms);
+    }
     fprintf(out, "\n");
     if (json) {
       fprintf(json, "\n    ],\n    \"median\": {");
@@ -396,6 +445,10 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       json_num(json, "own_vs_openblas", mr_blas);
       fprintf(json, ", ");
       json_num(json, "peak_vs_clblast", m_ceiling);
+      fprintf(json, ", ");
+      json_num(json, "clblast_default", m_dflt);
+      fprintf(json, ", ");
+      json_num(json, "tuned_vs_default", mr_tuning);
       fprintf(json, "},\n    \"per_step\": {");
       json_num(json, "gflop", step_gflop);
       for (int impl = 0; impl < NIMPL; impl++) {
@@ -408,6 +461,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       json_num(json, "own_vs_clblast", step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
       fprintf(json, ", ");
       json_num(json, "own_vs_openblas", have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN);
+      fprintf(json, ", ");
+      json_num(json, "clblast_default_ms", dflt ? dflt_ms : NAN);
       fprintf(json, "}\n  }");
     }
   }

@@ -16,13 +16,18 @@
  *                           "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs",
  *                           "pct_copy", "gflops"}]}
  *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
- *                           "clblast_tuning": {"applied", "file"}, "repeat", "shapes": [{"name", "op", "M", "N", "K", "batch", "flops",
- *                           "clblast"|"own"|"openblas": {"median", "min", "max"} GFLOP/s | null,
- *                           "per_step" (calls in one training step), "own_vs_clblast", "own_vs_openblas"}],
- *                           "median": {"clblast", "own", "openblas", "own_vs_clblast", "own_vs_openblas"} over
- *                           shapes, "per_step": {"gflop", "clblast_ms", "own_ms", "openblas_ms",
- *                           "own_vs_clblast", "own_vs_openblas"}: one step's products, each shape's
- *                           median time times its calls (ratios of times: above 1, own is faster)}
+ *                           "clblast_tuning": {"applied", "file"} | null, "repeat", "shapes": [{"name", "op", "M", "N",
+ *                           "K", "batch", "flops", "per_step" (calls in one training step),
+ *                           "clblast"|"own"|"openblas"|"clblast_default": {"median", "min", "max"} GFLOP/s | null
+ *                           ("clblast" as tuned when clblast_tuning is set; "clblast_default": CLBlast's own
+ *                           parameters, timed before the tuned ones were applied, null without a tuning file),
+ *                           "own_vs_clblast", "own_vs_openblas", "peak_vs_clblast" (FMA peak / clblast)}],
+ *                           "median": {"clblast", "own", "openblas", "clblast_default", "own_vs_clblast",
+ *                           "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"} over the shapes (GFLOP/s, and
+ *                           the medians of the per-shape ratios), "per_step": {"gflop", "clblast_ms", "own_ms",
+ *                           "openblas_ms", "clblast_default_ms", "own_vs_clblast", "own_vs_openblas"}: one step's
+ *                           products, each shape's median time times its calls (ratios of times: above 1, own is
+ *                           faster); absent implementations null}
  *   step                   (step, all) a training step (forward, backward, grad norm, Adam) of the config:
  *     model                {"norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
  *                           "params"}
@@ -68,11 +73,12 @@ static const char *usage =
     "           norms) at N = B*T = 4096 rows, T = 128, NH = 8, C = 256, 512, 1024: microseconds, GB/s\n"
     "           (the bytes each op must read and write, counted by hand) and % of the copy bandwidth;\n"
     "           the attention forward and backward in GFLOP/s\n"
-    "  gemm     every GEMM shape the config's model issues, with each implementation\n"
+    "  gemm     every GEMM shape the config's model issues, with each implementation (and CLBlast with\n"
+    "           its default parameters first, when `clformer tune` stored tuned ones)\n"
     "  step     a full training step of the config's model: median [min, max] step time, tokens/s,\n"
     "           GFLOP/s of its matrix products, the start-up time (command start to the end of the first\n"
     "           step) and a per-kernel breakdown from OpenCL profiling events\n"
-    "  all      kernels, gemm and step\n"
+    "  all      gemm, kernels and step\n"
     "\n"
     "  --device SPEC     auto | P:D | gpu | cpu | accelerator | part of a device or platform name\n"
     "                    (default: $CLFORMER_DEVICE, else the config's device, else auto)\n"
@@ -207,14 +213,16 @@ int cmd_bench(int argc, char **argv) {
     fprintf(json == stdout ? stderr : stdout, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
             "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
   if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
-  if (kernels) {
-    if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */
-    st = cf_bench_kernels(ctx, repeat, only, json);
-  }
-  if (st == CF_OK && gemm) {
-    if (kernels) fputc('\n', json == stdout ? stderr : stdout);
+  /* gemm first: it times CLBlast with its default parameters before any GEMM of the process reads
+   * the tuning file (the attention in `kernels` runs GEMMs) */
+  if (gemm) {
     if (json) fprintf(json, ",\n  \"gemm\": ");
     st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, json);
+  }
+  if (st == CF_OK && kernels) {
+    if (gemm) fputc('\n', json == stdout ? stderr : stdout);
+    if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */
+    st = cf_bench_kernels(ctx, repeat, only, json);
   }
   if (st == CF_OK && step) {
     if (kernels || gemm) fputc('\n', json == stdout ? stderr : stdout);

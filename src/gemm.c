@@ -59,6 +59,7 @@ static struct tune_slot {
   cl_device_id device;
   char driver[256];
   int loaded;            /* a tuning file was read */
+  int held;              /* cf_gemm_tune_hold: the file is left unread until cf_gemm_tune_reload */
   char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
   int nchoices;
   tune_choice choices[TUNE_MAX_CHOICES];
@@ -100,6 +101,15 @@ static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *l
   else snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s", len ? ", " : "", kernel);
 }
 
+/* The tuning file of this context's device when it should be read (CLFORMER_TUNE not off) and exists. */
+static int tune_file(const cf_context *ctx, char *path, size_t n) {
+  const char *off = getenv("CLFORMER_TUNE");
+  if ((off && (!strcmp(off, "off") || !strcmp(off, "0"))) || !cf_gemm_tune_path(ctx, path, n)) return 0;
+  FILE *f = fopen(path, "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
 /* The slot for this context's device, loading its file on first use (tune_lock held). */
 static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   struct tune_slot *s = NULL;
@@ -115,9 +125,8 @@ static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   memset(s, 0, sizeof *s);
   s->device = ctx->info.device;
   snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
-  const char *off = getenv("CLFORMER_TUNE");
   char path[4200];
-  if ((off && (!strcmp(off, "off") || !strcmp(off, "0"))) || !cf_gemm_tune_path(ctx, path, sizeof path)) return s;
+  if (!tune_file(ctx, path, sizeof path)) return s;
   FILE *f = fopen(path, "r");
   if (!f) return s;
   s->loaded = 1;
@@ -139,10 +148,36 @@ static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   return s;
 }
 
+int cf_gemm_tune_hold(cf_context *ctx) {
+  int held = 0;
+  char path[4200];
+  pthread_mutex_lock(&tune_lock);
+  int seen = 0;
+  for (int i = 0; i < TUNE_SLOTS; i++)
+    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version)) seen = 1;
+  if (!seen && tune_file(ctx, path, sizeof path)) {
+    struct tune_slot *s = NULL;  /* an empty slot for the device: tune_get returns it unread */
+    for (int i = 0; i < TUNE_SLOTS && !s; i++)
+      if (!tune_slots[i].device) s = &tune_slots[i];
+    if (s) {
+      memset(s, 0, sizeof *s);
+      s->device = ctx->info.device;
+      snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
+      s->held = held = 1;
+    }
+  }
+  pthread_mutex_unlock(&tune_lock);
+  return held;
+}
+
 void cf_gemm_tune_reload(cf_context *ctx) {
   pthread_mutex_lock(&tune_lock);
   tune_get(ctx, 1);
   pthread_mutex_unlock(&tune_lock);
+  /* CLBlast keys its compiled programs by their parameters, but drop the ones built before the
+   * new parameters anyway: a program it kept would run untuned without a word */
+  CLBlastStatusCode st = CLBlastClearCache();
+  if (st != CLBlastSuccess) cf_log(1, "note: CLBlastClearCache failed (CLBlast status %d)", (int)st);
 }
 
 int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n) {

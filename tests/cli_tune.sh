@@ -2,7 +2,7 @@
 # A tuning file written by `clformer tune` is applied by later runs: a per-shape choice of CLBlast
 # for the model's shapes shows up as CLBlast kernels in the step's profile, CLFORMER_TUNE=off
 # ignores it, tuned parameters of every CLBlast kernel (GEMM and helpers) and the direct/indirect
-# switch reach CLBlast, `bench gemm` says CLBlast runs tuned, malformed lines are reported without
+# switch reach CLBlast, `bench gemm` says CLBlast runs tuned (and times its defaults first), malformed lines are reported without
 # breaking the run, and a short `tune` (no CLBlast tuners) measures and writes the switch itself.
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli.sh"
@@ -45,12 +45,36 @@ for k in Xgemm XgemmDirect Padtranspose Transpose Pad Copy GemmRoutine; do
   || bad "tuned CLBlast parameters not applied:$missing (rc=$rc) $(grep -i clblast <<<"$out" | head -5)"
 gemm_args=(--set model.layers=1 --set model.d_model=32 --set model.heads=2 --set model.d_ff=64 --set data.seq_len=16
            --set data.batch_size=4)
-out=$("$bin" bench gemm "${gemm_args[@]}" 2>&1); rc=$?
+out=$(CLFORMER_VERBOSE=2 "$bin" bench gemm "${gemm_args[@]}" --repeat 3 --json "$tmp/tuned.json" 2>&1); rc=$?
 [[ $rc -eq 0 ]] && grep -q "CLBlast: tuned.*Padtranspose.*XGEMM_MIN_INDIRECT_SIZE=1" <<<"$out" \
   && grep -q "median over .* shapes: tuned clblast" <<<"$out" && ok "bench gemm compares with tuned CLBlast" \
   || bad "bench gemm: rc=$rc $(head -8 <<<"$out")"
-out=$(CLFORMER_TUNE=off "$bin" bench gemm "${gemm_args[@]}" 2>&1)
-grep -q "CLBlast: untuned defaults" <<<"$out" && ok "bench gemm says when CLBlast is untuned" \
+# and with CLBlast's defaults, timed before the tuned parameters reach CLBlast (none applied until then)
+order=$(sed -n 's/.*\(default parameters first\|tuned CLBlast parameters for\).*/\1/p; s/^\(shape\) .*/\1/p' <<<"$out" | uniq | tr '\n' '|')
+miss=$(python3 - "$tmp/tuned.json" <<'EOF2'
+import json, statistics, sys
+g = json.load(open(sys.argv[1]))["gemm"]
+bad = []
+for s in g["shapes"]:
+    v = s["clblast_default"]
+    if not v or not (0 < v["min"] <= v["median"] <= v["max"]): bad.append(s["name"] + " clblast_default")
+m = g["median"]
+if abs(m["clblast_default"] - statistics.median(s["clblast_default"]["median"] for s in g["shapes"])) > 1e-3 * m["clblast_default"]:
+    bad.append("median clblast_default")
+r = statistics.median(s["clblast"]["median"] / s["clblast_default"]["median"] for s in g["shapes"])
+if abs(m["tuned_vs_default"] - r) > 1e-2 * r: bad.append("tuned_vs_default %r %r" % (m["tuned_vs_default"], r))
+ms = sum(s["per_step"] * s["flops"] / (s["clblast_default"]["median"] * 1e9) for s in g["shapes"]) * 1e3
+if abs(g["per_step"]["clblast_default_ms"] - ms) > 2e-3 * ms: bad.append("per_step clblast_default_ms")
+print(" ".join(bad))
+EOF2
+)
+[[ "$order" == "default parameters first|tuned CLBlast parameters for|shape|" && -z "$miss" ]] && grep -q "^shape .*default clblast.*tuned clblast" <<<"$out" \
+  && grep -q "what tuning gave CLBlast: default clblast" <<<"$out" \
+  && ok "bench gemm times CLBlast's defaults first, then applies the tuned parameters" \
+  || bad "bench gemm default column: order '$order', JSON: $miss"
+out=$(CLFORMER_TUNE=off "$bin" bench gemm "${gemm_args[@]}" --repeat 3 2>&1)
+grep -q "CLBlast: untuned defaults" <<<"$out" && ! grep -q "default clblast\|default parameters first" <<<"$out" \
+  && ok "bench gemm says when CLBlast is untuned (one CLBlast column)" \
   || bad "bench gemm untuned: $(head -6 <<<"$out")"
 # lines CLBlast refuses (missing, unknown or misspelled parameters, an unknown kernel) are notes, not failures
 cat >> "$path" <<'EOF2'

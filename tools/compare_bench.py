@@ -52,11 +52,12 @@ def rows_of(r):
     if get(r, "gemm") is not None:  # the clblast rows below are CLBlast as tuned by `clformer tune`, or untuned
         add("setup", "CLBlast parameters", "tuned" if get(r, "gemm", "clblast_tuning") else "untuned (defaults)")
     add("summary", "fp32 FMA peak (GFLOP/s)", get(r, "gemm", "peak_gflops"))
-    for impl in ("own", "clblast", "openblas"):
+    for impl in ("own", "clblast", "openblas", "clblast_default"):
         add("summary", f"GEMM median, {impl} (GFLOP/s)", get(r, "gemm", "median", impl))
+    add("summary", "GEMM, median of the shapes' tuned / default clblast", get(r, "gemm", "median", "tuned_vs_default"), 2)
     add("summary", "GEMM, median of the shapes' own / clblast", get(r, "gemm", "median", "own_vs_clblast"), 2)
     add("summary", "GEMM upper bound (median of FMA peak / clblast)", get(r, "gemm", "median", "peak_vs_clblast"), 2)
-    for impl in ("own", "clblast", "openblas"):
+    for impl in ("own", "clblast", "openblas", "clblast_default"):
         add("summary", f"GEMM of one step, {impl} (ms)", get(r, "gemm", "per_step", impl + "_ms"))
     s = get(r, "step")
     if s:
@@ -84,7 +85,7 @@ def rows_of(r):
         elif k.get("gflops") is not None:
             add("kernels", f"{k['kernel']} {shape} (GFLOP/s)", k["gflops"])
     for sh in get(r, "gemm", "shapes") or []:
-        for impl in ("own", "clblast", "openblas"):
+        for impl in ("own", "clblast", "openblas", "clblast_default"):
             add("gemm", f"{sh['name']} {sh['op']} {sh['M']}x{sh['N']}x{sh['K']}"
                         f"{'x' + str(sh['batch']) if sh.get('batch', 1) > 1 else ''} {impl} (GFLOP/s)",
                 get(sh, impl, "median"))

@@ -53,8 +53,14 @@ void cf_gemm_scratch_free(cf_context *ctx);
  * implementation for each shape listed there (unless $CLFORMER_GEMM names one; CLFORMER_TUNE=off
  * ignores the file). The path of this context's file into buf; 0 when caching is off. */
 int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
-/* Read the file again (after tuning wrote it). */
+/* Read the file again (after tuning wrote it, or after cf_gemm_tune_hold), applying its CLBlast
+ * parameters from the next call on. */
 void cf_gemm_tune_reload(cf_context *ctx);
+/* Before any GEMM on this device in the process: leave its tuning file unread, so CLBlast runs
+ * with its own defaults, until cf_gemm_tune_reload (`bench gemm` times both). 1 when held; 0 when
+ * there is no file to hold back (none, CLFORMER_TUNE=off) or it was read already (CLBlast cannot
+ * be put back to its defaults). */
+int cf_gemm_tune_hold(cf_context *ctx);
 /* Whether tuned CLBlast parameters are in force on this context (reading the file if not done
  * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */
 int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n);
