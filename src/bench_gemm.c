@@ -416,8 +416,9 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     double m_ceiling = cf_median(ceiling_clb, nsh);
     for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
     const char *clb = tuned ? "tuned clblast" : "untuned clblast";
-    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak); median of the shapes' own/%s: "
-            "%.2fx", nsh, clb, m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak, clb, mr_clb);
+    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak; %.2fx); median of the shapes' "
+            "own/%s: %.2fx", nsh, clb, m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
+            m[IMPL_OWN] / m[IMPL_CLBLAST], clb, mr_clb);
     if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, median of own/openblas: %.2fx", m[IMPL_BLAS], mr_blas);
     fprintf(out, "\nupper bound: with every shape at the FMA peak, the median of own/%s would be %.2fx", clb,
             m_ceiling);
