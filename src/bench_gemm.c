@@ -297,12 +297,11 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   int nsh = cf_gemm_model_shapes(cfg, sh);
   blas bl = {0};
   int have_blas = vs_blas && blas_open(&bl);
+  double peak = 0;
+  CF_TRY(fma_peak(ctx, &peak));
   /* CLBlast's defaults are timed first, while the tuning file is held back: once its parameters are
    * applied CLBlast cannot be put back to its defaults in this process */
   int dflt = cf_gemm_tune_hold(ctx);
-
-  double peak = 0;
-  CF_TRY(fma_peak(ctx, &peak));
   fprintf(out, "device: %s (%s)\nfp32 FMA peak (a kernel of register-only FMAs on float16 vectors, 16 x fp32): "
           "%.1f GFLOP/s\n", d->name,
           d->platform_name, peak);

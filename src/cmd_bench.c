@@ -20,7 +20,8 @@
  *                           "K", "batch", "flops", "per_step" (calls in one training step),
  *                           "clblast"|"own"|"openblas"|"clblast_default": {"median", "min", "max"} GFLOP/s | null
  *                           ("clblast" as tuned when clblast_tuning is set; "clblast_default": CLBlast's own
- *                           parameters, timed before the tuned ones were applied, null without a tuning file),
+ *                           parameters, timed before the tuned ones were applied; null unless CLBlast took tuned
+ *                           parameters from the file and this run could time its defaults first),
  *                           "own_vs_clblast", "own_vs_openblas", "peak_vs_clblast" (FMA peak / clblast)}],
  *                           "median": {"clblast", "own", "openblas", "clblast_default", "own_vs_clblast",
  *                           "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"} over the shapes (GFLOP/s, and

@@ -46,8 +46,8 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
  *                                        is reported and skipped)
  *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
  *                                        IMPL own|clblast, the measured GFLOP/s of both)
- * The file is read on a context's first GEMM; CLFORMER_TUNE=off ignores it. A shape without a
- * choice keeps the default of cf_gemm_resolve. */
+ * The file is read on a context's first GEMM (unless cf_gemm_tune_hold defers it); CLFORMER_TUNE=off
+ * ignores it. A shape without a choice keeps the default of cf_gemm_resolve. */
 #define TUNE_SLOTS 4
 #define TUNE_MAX_CHOICES 64
 typedef struct tune_choice {
@@ -59,12 +59,15 @@ static struct tune_slot {
   cl_device_id device;
   char driver[256];
   int loaded;            /* a tuning file was read */
-  int held;              /* cf_gemm_tune_hold: the file is left unread until cf_gemm_tune_reload */
   char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
   int nchoices;
   tune_choice choices[TUNE_MAX_CHOICES];
 } tune_slots[TUNE_SLOTS];
 static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Devices CLBlast took tuned parameters for in this process: they outlive a slot's eviction, and
+ * such a device cannot be held back to CLBlast's defaults again (cf_gemm_tune_hold). */
+#define TUNED_DEVICES 16
+static cl_device_id tuned_devices[TUNED_DEVICES];
 
 int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
   const char *dir = cf_cache_dir();
@@ -95,6 +98,11 @@ static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *l
     return;
   }
   cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+  for (int i = 0; i < TUNED_DEVICES; i++)
+    if (tuned_devices[i] == dev || !tuned_devices[i]) {
+      tuned_devices[i] = dev;
+      break;
+    }
   size_t len = strlen(slot->applied);
   if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
     snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
@@ -148,14 +156,26 @@ static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   return s;
 }
 
+/* Whether the file at path has a `clblast` line (parameters CLBlast may take). */
+static int has_clblast_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  char line[2048];
+  int found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) found = !strncmp(line, "clblast ", 8);
+  if (f) fclose(f);
+  return found;
+}
+
 int cf_gemm_tune_hold(cf_context *ctx) {
   int held = 0;
   char path[4200];
   pthread_mutex_lock(&tune_lock);
-  int seen = 0;
+  int seen = 0;  /* read (or held) already, or CLBlast tuned for it before */
   for (int i = 0; i < TUNE_SLOTS; i++)
     if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version)) seen = 1;
-  if (!seen && tune_file(ctx, path, sizeof path)) {
+  for (int i = 0; i < TUNED_DEVICES; i++)
+    if (tuned_devices[i] == ctx->info.device) seen = 1;
+  if (!seen && tune_file(ctx, path, sizeof path) && has_clblast_lines(path)) {
     struct tune_slot *s = NULL;  /* an empty slot for the device: tune_get returns it unread */
     for (int i = 0; i < TUNE_SLOTS && !s; i++)
       if (!tune_slots[i].device) s = &tune_slots[i];
@@ -163,7 +183,7 @@ int cf_gemm_tune_hold(cf_context *ctx) {
       memset(s, 0, sizeof *s);
       s->device = ctx->info.device;
       snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
-      s->held = held = 1;
+      held = 1;
     }
   }
   pthread_mutex_unlock(&tune_lock);

@@ -24,6 +24,12 @@ grep -q "clblast" <<<"$out" && ok "the file's per-shape choice is applied (CLBla
   || bad "choice not applied: $(grep -A12 'per operation' <<<"$out")"
 out=$(CLFORMER_TUNE=off profile)
 ! grep -q "clblast" <<<"$out" && ok "CLFORMER_TUNE=off ignores the file" || bad "CLFORMER_TUNE=off"
+# a file of choices alone gives CLBlast nothing to tune: no defaults phase in bench gemm
+out=$("$bin" bench gemm --set model.layers=1 --set model.d_model=32 --set model.heads=2 --set model.d_ff=64 \
+      --set data.seq_len=16 --set data.batch_size=4 --repeat 1 2>&1); rc=$?
+[[ $rc -eq 0 ]] && ! grep -q "default parameters first\|default clblast" <<<"$out" \
+  && ok "bench gemm times CLBlast's defaults only when the file has CLBlast parameters" \
+  || bad "bench gemm with a choices-only file: rc=$rc $(head -8 <<<"$out")"
 echo "choice garbage" >> "$path"
 out=$(profile); rc=$?
 [[ $rc -eq 0 ]] && ok "a malformed line does not break a run" || bad "malformed file: rc=$rc $out"

@@ -56,7 +56,7 @@ def rows_of(r):
         add("summary", f"GEMM median, {impl} (GFLOP/s)", get(r, "gemm", "median", impl))
     add("summary", "GEMM, median of the shapes' tuned / default clblast", get(r, "gemm", "median", "tuned_vs_default"), 2)
     own, clb = get(r, "gemm", "median", "own"), get(r, "gemm", "median", "clblast")
-    add("summary", "GEMM, own / clblast of those medians", own / clb if own and clb else None, 2)
+    add("summary", "GEMM, own median / clblast median", own / clb if own and clb else None, 2)
     add("summary", "GEMM, median of the shapes' own / clblast", get(r, "gemm", "median", "own_vs_clblast"), 2)
     add("summary", "GEMM upper bound (median of FMA peak / clblast)", get(r, "gemm", "median", "peak_vs_clblast"), 2)
     for impl in ("own", "clblast", "openblas", "clblast_default"):

@@ -57,9 +57,11 @@ int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
  * parameters from the next call on. */
 void cf_gemm_tune_reload(cf_context *ctx);
 /* Before any GEMM on this device in the process: leave its tuning file unread, so CLBlast runs
- * with its own defaults, until cf_gemm_tune_reload (`bench gemm` times both). 1 when held; 0 when
- * there is no file to hold back (none, CLFORMER_TUNE=off) or it was read already (CLBlast cannot
- * be put back to its defaults). */
+ * with its own defaults (and no per-shape choice applies), until cf_gemm_tune_reload (`bench gemm`
+ * times both). 1 when held; 0 when there is nothing to hold back (no file, none with `clblast`
+ * lines, CLFORMER_TUNE=off, caching off), when the file was read already or CLBlast took tuned
+ * parameters for the device before (it cannot be put back to its defaults), or when the table of
+ * devices is full. */
 int cf_gemm_tune_hold(cf_context *ctx);
 /* Whether tuned CLBlast parameters are in force on this context (reading the file if not done
  * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */
