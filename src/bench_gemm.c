@@ -289,6 +289,21 @@ static void json_num(FILE *f, const char *key, double v) {
   else fprintf(f, "\"%s\": null", key);
 }
 
+/* "2.10x faster" for a time ratio (theirs / ours) of 2.1, "4.50x slower" for 0.222. */
+static const char *speed_words(double ratio, char *buf, size_t n) {
+  if (ratio >= 1.0) snprintf(buf, n, "%.2fx faster", ratio);
+  else snprintf(buf, n, "%.2fx slower", 1.0 / ratio);
+  return buf;
+}
+
+/* "k0": v0, "k1": v1, ... */
+static void json_nums(FILE *f, const char *const *keys, const double *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (i) fprintf(f, ", ");
+    json_num(f, keys[i], v[i]);
+  }
+}
+
 cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *json) {
   if (repeat <= 0) repeat = BENCH_GEMM_REPEAT;
   FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
@@ -331,7 +346,14 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   if (!tuned) dflt = 0;  /* a file CLBlast took nothing from: both columns would be its defaults */
   if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
   if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
-  else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
+  else {
+    const char *off = getenv("CLFORMER_TUNE");
+    if (off && (!strcmp(off, "off") || !strcmp(off, "0")))
+      fprintf(out, "CLBlast: untuned defaults (CLFORMER_TUNE=%s: the tuning file is ignored)\n", off);
+    else if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath))
+      fprintf(out, "CLBlast: untuned defaults (caching is off, so there is no tuning file)\n");
+    else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
+  }
   fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after at least %.0f ms of untimed calls; "
           "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, repeat);
   fprintf(out, "%-14s %-2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
@@ -415,17 +437,19 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     double m_ceiling = cf_median(ceiling_clb, nsh);
     for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
     const char *clb = tuned ? "tuned clblast" : "untuned clblast";
+    char words[48];
     fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak; %.2fx); median of the shapes' "
             "own/%s: %.2fx", nsh, clb, m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
             m[IMPL_OWN] / m[IMPL_CLBLAST], clb, mr_clb);
     if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, median of own/openblas: %.2fx", m[IMPL_BLAS], mr_blas);
     fprintf(out, "\nupper bound: with every shape at the FMA peak, the median of own/%s would be %.2fx", clb,
             m_ceiling);
-    fprintf(out, "\none training step's products (%.1f GFLOP: each shape's median time times its calls per step): "
-            "%s %.1f ms, own %.1f ms (own %.2fx faster)", step_gflop, clb, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN],
-            step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
+    fprintf(out, "\none training step's products (%.3g GFLOP: each shape's median time times its calls per step): "
+            "%s %.3g ms, own %.3g ms (own %s)", step_gflop, clb, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN],
+            speed_words(step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN], words, sizeof words));
     if (have_blas)
-      fprintf(out, "; openblas %.1f ms (own %.2fx faster)", step_ms[IMPL_BLAS], step_ms[IMPL_BLAS] / step_ms[IMPL_OWN]);
+      fprintf(out, "; openblas %.3g ms (own %s)", step_ms[IMPL_BLAS],
+              speed_words(step_ms[IMPL_BLAS] / step_ms[IMPL_OWN], words, sizeof words));
     double m_dflt = NAN, mr_tuning = NAN;
     if (dflt) {  /* (cf_median sorts: the medians over shapes come after every per-shape use) */
       mr_tuning = cf_median(ratio_tuning, nsh);
@@ -434,35 +458,19 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
               "shapes' tuned/default %.2fx; one step's products %.1f ms with its defaults", m_dflt, mr_tuning, dflt_ms);
     }
     fprintf(out, "\n");
-    if (json) {
+    if (json) {  /* absent implementations' entries are NaN here, null in the JSON */
+      const char *mk[] = {impl_names[0], impl_names[1], impl_names[2], "clblast_default", "own_vs_clblast",
+                          "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"};
+      double mv[] = {m[0], m[1], m[2], m_dflt, mr_clb, mr_blas, m_ceiling, mr_tuning};
+      const char *sk[] = {"gflop", "clblast_ms", "own_ms", "openblas_ms", "clblast_default_ms", "own_vs_clblast",
+                          "own_vs_openblas"};
+      double sv[] = {step_gflop, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], have_blas ? step_ms[IMPL_BLAS] : NAN,
+                     dflt ? dflt_ms : NAN, step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN],
+                     have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN};
       fprintf(json, "\n    ],\n    \"median\": {");
-      for (int impl = 0; impl < NIMPL; impl++) {
-        json_num(json, impl_names[impl], m[impl]);
-        fprintf(json, ", ");
-      }
-      json_num(json, "own_vs_clblast", mr_clb);
-      fprintf(json, ", ");
-      json_num(json, "own_vs_openblas", mr_blas);
-      fprintf(json, ", ");
-      json_num(json, "peak_vs_clblast", m_ceiling);
-      fprintf(json, ", ");
-      json_num(json, "clblast_default", m_dflt);
-      fprintf(json, ", ");
-      json_num(json, "tuned_vs_default", mr_tuning);
+      json_nums(json, mk, mv, sizeof mv / sizeof *mv);
       fprintf(json, "},\n    \"per_step\": {");
-      json_num(json, "gflop", step_gflop);
-      for (int impl = 0; impl < NIMPL; impl++) {
-        char key[32];
-        snprintf(key, sizeof key, "%s_ms", impl_names[impl]);
-        fprintf(json, ", ");
-        json_num(json, key, impl < (have_blas ? 3 : 2) ? step_ms[impl] : NAN);
-      }
-      fprintf(json, ", ");
-      json_num(json, "own_vs_clblast", step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN]);
-      fprintf(json, ", ");
-      json_num(json, "own_vs_openblas", have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN);
-      fprintf(json, ", ");
-      json_num(json, "clblast_default_ms", dflt ? dflt_ms : NAN);
+      json_nums(json, sk, sv, sizeof sv / sizeof *sv);
       fprintf(json, "}\n  }");
     }
   }

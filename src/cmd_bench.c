@@ -95,7 +95,7 @@ static const char *usage =
     "  --only NAMES      `kernels`: only the kernels whose name contains one of NAMES (comma-separated)\n"
     "  --vs-blas         `gemm`: also time OpenBLAS on the host\n"
     "  --steps N         `step`: timed steps (default 20, at least 10)\n"
-    "  --warmup N        `step`: untimed steps first (default 3)\n"
+    "  --warmup N        `step`: untimed steps first (default 3, at least 1)\n"
     "  --vs-torch        `step`: also run tools/torch_step.py (PyTorch on the host CPU, the same model and\n"
     "                    config), its steps interleaved with ours, and print the speed ratio; torch gets\n"
     "                    its best settings (allocator, OpenBLAS kernel, threads: see tools/torch_step.py)\n"
@@ -159,17 +159,31 @@ int cmd_bench(int argc, char **argv) {
     } else if (a[0] != '-' && !what &&
                (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "step") || !strcmp(a, "all")))
       what = a;
-    else return cf_cli_unexpected("bench", argc, argv, i, usage);
+    else if (a[0] != '-' && !what) {
+      fprintf(stderr, "clformer bench: unknown benchmark '%s': kernels, gemm, step or all (see --help)\n", a);
+      return 2;
+    } else return cf_cli_unexpected("bench", argc, argv, i, usage);
   }
   if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
 
   cf_config cfg;
   int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);
   if (rc) return rc;
+  FILE *json = NULL;  /* opened first: a bad path fails before anything is measured */
+  if (json_path) {
+    json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+    if (!json) {
+      fprintf(stderr, "clformer bench: --json %s: %s\n", json_path, strerror(errno));
+      return 2;
+    }
+  }
   cf_context_options o = {.device_spec = cf_device_spec_resolve(spec, cfg.device), .profiling = 1};
   cf_context *ctx;
   cf_status st = cf_context_create(&o, &ctx);
-  if (st != CF_OK) return cf_exit_code(st);
+  if (st != CF_OK) {
+    if (json && json != stdout) fclose(json);
+    return cf_exit_code(st);
+  }
   so.t_context = cf_now();
 
   int all = !strcmp(what, "all");
@@ -183,14 +197,7 @@ int cmd_bench(int argc, char **argv) {
             "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
             "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
             probe_cpus[1]);
-  FILE *json = NULL;
-  if (json_path) {
-    json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
-    if (!json) {
-      fprintf(stderr, "clformer bench: --json %s: %s\n", json_path, strerror(errno));
-      cf_context_free(ctx);
-      return 2;
-    }
+  if (json) {
     const cf_device_info *d = cf_context_device(ctx);
     char cpu[256];
     host_cpu(cpu, sizeof cpu);

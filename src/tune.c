@@ -446,7 +446,7 @@ cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_opti
   size_t s_direct = cube_above(biggest);
   double sec[CF_GEMM_MAX_SHAPES][NMODES];
   int measured = 0;
-  printf("\n%-14s %-2s %5s %5s %5s %4s %9s %9s %9s   (GFLOP/s; CLBlast with every tuned parameter)\n", "shape", "op",
+  printf("\n%-14s %-2s %5s %5s %5s %4s %9s %9s %9s   (GFLOP/s; CLBlast with what its tuners found above)\n", "shape", "op",
          "M", "N", "K", "bat", "own", "clb-dir", "clb-ind");
   cf_status st = CF_OK;
   double t2 = cf_now();

@@ -133,8 +133,13 @@ else bad "bench step on a comparison file: rc=$rc $out"; fi
 err=$("$bin" bench kernels --only nosuch 2>&1 >/dev/null); rc=$?
 if [[ $rc -eq 2 && "$err" == *"--only 'nosuch' matches no kernel"*"layernorm_forward"* ]]; then ok "--only matching nothing refused, kernels listed"
 else bad "--only nosuch gave rc=$rc: $err"; fi
-"$bin" bench stepp >/dev/null 2>&1; rc=$?
-if [[ $rc -eq 2 ]]; then ok "unknown benchmark refused"; else bad "bench stepp gave rc=$rc"; fi
+err=$("$bin" bench stepp 2>&1 >/dev/null); rc=$?
+if [[ $rc -eq 2 && "$err" == *"unknown benchmark 'stepp': kernels, gemm, step or all"* ]]; then ok "unknown benchmark refused"
+else bad "bench stepp gave rc=$rc: $err"; fi
+echo '{}' > "$tmp/empty.json"
+err=$("$py" "$src/tools/compare_bench.py" "$tmp/empty.json" 2>&1); rc=$?
+if [[ $rc -ne 0 && "$err" == *"no benchmark results"* ]]; then ok "compare_bench.py refuses a JSON without results"
+else bad "compare_bench.py on {}: rc=$rc $err"; fi
 
 table=$("$py" "$src/tools/compare_bench.py" "$tmp/a.json" "$tmp/k.json" --labels one,two); rc=$?
 header=$(head -1 <<<"$table")

@@ -150,6 +150,11 @@ def main(argv):
         except (OSError, ValueError) as e:
             print(f"compare_bench.py: {f}: {e}", file=sys.stderr)
             return 1
+        r = results[-1]
+        if not isinstance(r, dict) or not any(k in r for k in ("kernels", "gemm", "step")):
+            print(f"compare_bench.py: {f}: no benchmark results (not the JSON of `clformer bench ... --json`)",
+                  file=sys.stderr)
+            return 1
     if labels is None:
         names = [get(r, "device", "name") or os.path.basename(f) for r, f in zip(results, files)]
         labels = [n if names.count(n) == 1 else f"{n} ({os.path.basename(f)})" for n, f in zip(names, files)]
