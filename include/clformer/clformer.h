@@ -20,4 +20,5 @@
 #include "clformer/model.h"
 #include "clformer/train.h"
 #include "clformer/bench.h"
+#include "clformer/experiments.h"
 #endif

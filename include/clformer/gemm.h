@@ -42,9 +42,9 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
                                cf_mem B, size_t ldb, size_t stride_b,
                                float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
 
-/* Our kernels pack op(B) (and a transposed A) into a scratch buffer kept per command queue (grown on demand, reused by
- * later products on the same in-order queue). This releases the context's scratch; otherwise it
- * lives until the process ends or a fifth queue evicts it. Safe to call when there is none. */
+/* Our kernels pack op(B) (and a transposed A) into a scratch buffer kept per context (grown on
+ * demand, reused by later products on its in-order queue). This releases it now; otherwise it lives
+ * until cf_context_free. Safe to call when there is none. */
 void cf_gemm_scratch_free(cf_context *ctx);
 
 /* Tuning (`clformer tune`, src/tune.c): results live in one file per device and driver in the

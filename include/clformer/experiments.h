@@ -1,0 +1,43 @@
+/* The paper's experiments as library calls: `compare` (the warm-up comparison, Section 3.2 /
+ * Figure 2) and `gradnorm` (gradient norms at initialization, Theorem 1 / Figure 3). Each reads its
+ * YAML file, runs, and writes its report files; what a person should see goes to the caller's
+ * stream and progress callback, never straight to the terminal. */
+#ifndef CLFORMER_EXPERIMENTS_H
+#define CLFORMER_EXPERIMENTS_H
+
+#include <stdio.h>
+#include "clformer/status.h"
+
+/* Called after each unit of work: done of total finished, `what` the one just finished. */
+typedef void (*cf_progress_fn)(void *user, int done, int total, const char *what, double elapsed_s, double eta_s);
+
+typedef struct cf_compare_options {
+  const char *path;            /* the comparison file */
+  char **sets;                 /* KEY=VALUE overrides of its base */
+  int nsets;
+  int seeds;                   /* 0: the file's own */
+  const char *device, *out;    /* NULL: the file's own */
+  const char *only;            /* run just this variant; NULL: all */
+  int log_steps;               /* log-scaled step axis in curves.svg */
+  int report_only;             /* train nothing; rewrite the summary from the runs present */
+  FILE *report;                /* one line per skipped or diverged run and the files written; NULL: none */
+} cf_compare_options;
+/* Runs the comparison's variants in turn (each a training run that reports its own progress) and
+ * writes OUT/summary.md, summary.json and curves.svg. *interrupted is set when a run stopped on a
+ * signal (its checkpoint saved); the report is still written. */
+cf_status cf_compare(const cf_compare_options *opts, int *interrupted);
+
+typedef struct cf_gradnorm_options {
+  const char *path;
+  char **sets;
+  int nsets;
+  int seeds;                   /* 0: the file's own */
+  const char *device, *out;    /* NULL: the file's own */
+  FILE *report;                /* the fitted exponents and the files written; NULL: none */
+  cf_progress_fn progress;     /* after each (placement, depth, seed); NULL: none */
+  void *user;
+} cf_gradnorm_options;
+/* Writes OUT/gradnorm.md, gradnorm.json and gradnorm.svg. */
+cf_status cf_gradnorm(const cf_gradnorm_options *opts);
+
+#endif

@@ -1,0 +1,247 @@
+/* `clformer bench kernels|gemm|step|all`: device benchmarks (src/bench.c for the memory-bound
+ * kernels, src/bench_gemm.c for GEMM, src/bench_step.c for a training step). Registered in
+ * src/main.c's command table and declared in src/cli.h as int cmd_bench(int argc, char **argv);
+ *
+ * The JSON file (--json FILE), schema 1. One object; numbers are plain JSON numbers, null where a
+ * value does not exist; times in ms or us as the key says, rates in GB/s, GFLOP/s, tokens/s.
+ * Keys are only ever added, never renamed, within a schema version.
+ *   schema                 1
+ *   clformer_version       "0.1.0"
+ *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs, "core_round_trip_ns":
+ *                           a value passed between the first two CPUs the process may use and back (gemm and
+ *                           all on a CPU device, when it could be measured; else null)}
+ *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
+ *                           "compute_units", "kernel_shapes" ("cpu" or "gpu": see CLFORMER_KERNEL_SHAPES)}
+ *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
+ *                           "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs",
+ *                           "pct_copy", "gflops"}]}
+ *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
+ *                           "clblast_tuning": {"applied", "file"} | null, "repeat", "shapes": [{"name", "op", "M", "N",
+ *                           "K", "batch", "flops", "per_step" (calls in one training step),
+ *                           "clblast"|"own"|"openblas"|"clblast_default": {"median", "min", "max"} GFLOP/s | null
+ *                           ("clblast" as tuned when clblast_tuning is set; "clblast_default": CLBlast's own
+ *                           parameters, timed before the tuned ones were applied; null unless CLBlast took tuned
+ *                           parameters from the file and this run could time its defaults first),
+ *                           "own_vs_clblast", "own_vs_openblas", "peak_vs_clblast" (FMA peak / clblast)}],
+ *                           "median": {"clblast", "own", "openblas", "clblast_default", "own_vs_clblast",
+ *                           "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"} over the shapes (GFLOP/s, and
+ *                           the medians of the per-shape ratios), "per_step": {"gflop", "clblast_ms", "own_ms",
+ *                           "openblas_ms", "clblast_default_ms", "own_vs_clblast", "own_vs_openblas"}: one step's
+ *                           products, each shape's median time times its calls (ratios of times: above 1, own is
+ *                           faster); absent implementations null}
+ *   step                   (step, all) a training step (forward, backward, grad norm, Adam) of the config:
+ *     model                {"norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
+ *                           "params"}
+ *     gemm                 the GEMM implementation the step used: "own" or "clblast"
+ *     warmup, steps        untimed steps, then timed steps
+ *     step_ms              {"median", "min", "max"} wall clock per step (enqueue to clFinish)
+ *     tokens_per_s         batch_size * seq_len / median step
+ *     flops_per_step       matrix-product FLOPs: 6 N P + 12 L B T^2 C, P = L (4 C^2 + 2 C F) + 256 C
+ *     gflops               flops_per_step / median step
+ *     startup              {"context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"}
+ *                          seconds from the command's start (total_s: to the end of the first step);
+ *                          cache_misses 0 means a warm kernel cache. null when the step was not run first.
+ *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "ops": [{"name", "calls", "ms",
+ *                           "share"}]}: OpenCL profiling events per kernel name, per step (calls and ms are
+ *                           means over `steps` profiled steps; share = ms / device_ms), largest first;
+ *                           GEMM kernels are those named gemm* (ours) or clblast* (CLBlast's last kernel)
+ *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
+ *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
+ *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
+ *                           clformer is faster)}
+ * tools/compare_bench.py renders several such files as one Markdown table. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "app/cli.h"
+#include "bench/host_probe.h"
+#include "clformer/bench.h"
+#include "clformer/clformer.h"
+#include "runtime/runtime.h"
+
+int cmd_bench(int argc, char **argv);
+/* src/bench.c: the memory-bound kernels; `only` filters kernel names by substring (NULL: all). */
+cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *json);
+
+static const char *usage =
+    "usage: clformer bench kernels|gemm|step|all [--device SPEC] [--config CONFIG] [--set KEY=VALUE ...]\n"
+    "                      [--json FILE] [--repeat N] [--only NAMES] [--vs-blas]\n"
+    "                      [--steps N] [--warmup N] [--vs-torch] [--torch-threads N] [--torch-script PATH]\n"
+    "\n"
+    "Times the compute kernels on one device, after warm-up, as the median of repeated runs.\n"
+    "  kernels  the device's copy bandwidth (clEnqueueCopyBuffer of 64 MiB, bytes read + written), then\n"
+    "           every memory-bound kernel (LayerNorm, activations, bias, dropout, residual, softmax, Adam,\n"
+    "           norms) at N = B*T = 4096 rows, T = 128, NH = 8, C = 256, 512, 1024: microseconds, GB/s\n"
+    "           (the bytes each op must read and write, counted by hand) and % of the copy bandwidth;\n"
+    "           the attention forward and backward in GFLOP/s\n"
+    "  gemm     every GEMM shape the config's model issues, with each implementation (and CLBlast with\n"
+    "           its default parameters first, when `clformer tune` stored tuned ones)\n"
+    "  step     a full training step of the config's model: median [min, max] step time, tokens/s,\n"
+    "           GFLOP/s of its matrix products, the start-up time (command start to the end of the first\n"
+    "           step) and a per-kernel breakdown from OpenCL profiling events\n"
+    "  all      gemm, kernels and step\n"
+    "\n"
+    "  --device SPEC     auto | P:D | gpu | cpu | accelerator | part of a device or platform name\n"
+    "                    (default: $CLFORMER_DEVICE, else the config's device, else auto)\n"
+    "  --config CONFIG   training config whose model `gemm` and `step` use, or an experiment file\n"
+    "                    (its base: config; default: the defaults)\n"
+    "  --set KEY=VALUE   override a config key (repeatable)\n"
+    "  --json FILE       also write the results as one JSON object to FILE ('-' for stdout; the tables then\n"
+    "                    go to stderr): {schema, clformer_version, host, device: {name, platform,\n"
+    "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
+    "                    documented at the top of src/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
+    "  --repeat N        timed samples, the median reported: per kernel (`kernels`, default 20), per\n"
+    "                    GEMM shape and implementation (`gemm`, default 11)\n"
+    "  --only NAMES      `kernels`: only the kernels whose name contains one of NAMES (comma-separated)\n"
+    "  --vs-blas         `gemm`: also time OpenBLAS on the host\n"
+    "  --steps N         `step`: timed steps (default 20, at least 10)\n"
+    "  --warmup N        `step`: untimed steps first (default 3, at least 1)\n"
+    "  --vs-torch        `step`: also run tools/torch_step.py (PyTorch on the host CPU, the same model and\n"
+    "                    config), its steps interleaved with ours, and print the speed ratio; torch gets\n"
+    "                    its best settings (allocator, OpenBLAS kernel, threads: see tools/torch_step.py)\n"
+    "  --torch-threads N `--vs-torch`: torch's threads, OpenBLAS's left at its default (default: the\n"
+    "                    fastest pair of torch and OpenBLAS thread counts in {1, cores})\n"
+    "  --torch-script P  `--vs-torch`: path of torch_step.py (default: found beside the executable)\n"
+    "environment: CLFORMER_PYTHON, the Python with torch (default /usr/bin/python3, else python3)\n";
+
+static int parse_int(const char *what, const char *s, int lo, int hi, int *out) {
+  char *end;
+  long r = strtol(s, &end, 10);
+  if (!*s || *end || r < lo || r > hi) {
+    fprintf(stderr, "clformer bench: %s wants an integer in [%d, %d], got '%s'\n", what, lo, hi, s);
+    return 0;
+  }
+  *out = (int)r;
+  return 1;
+}
+
+static void host_cpu(char *out, size_t n) {
+  snprintf(out, n, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *v = strchr(line, ':');
+      if (v) {
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        snprintf(out, n, "%s", v);
+      }
+      break;
+    }
+  fclose(f);
+}
+
+int cmd_bench(int argc, char **argv) {
+  double t_start = cf_now();
+  const char *what = NULL, *spec = NULL, *config = NULL, *json_path = NULL, *only = NULL;
+  char *sets[256];
+  int nsets = 0, repeat = 0, vs_blas = 0;  /* repeat 0: each benchmark's own default */
+  cf_bench_step_options so = {20, 3, 3, 0, 0, NULL, 0, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int more = i + 1 < argc;
+    if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
+    else if (cf_arg_is(a, "--device", "-d") && more) spec = argv[++i];
+    else if (cf_arg_is(a, "--config", "-c") && more) config = argv[++i];
+    else if (cf_arg_is(a, "--set", NULL) && more && nsets < 255) sets[nsets++] = argv[++i];
+    else if (cf_arg_is(a, "--json", NULL) && more) json_path = argv[++i];
+    else if (cf_arg_is(a, "--only", NULL) && more) only = argv[++i];
+    else if (cf_arg_is(a, "--vs-blas", NULL)) vs_blas = 1;
+    else if (cf_arg_is(a, "--vs-torch", NULL)) so.vs_torch = 1;
+    else if (cf_arg_is(a, "--torch-script", NULL) && more) so.torch_script = argv[++i];
+    else if (cf_arg_is(a, "--repeat", "-r") && more) { if (!parse_int("--repeat", argv[++i], 1, 100000, &repeat)) return 2; }
+    else if (cf_arg_is(a, "--steps", NULL) && more) { if (!parse_int("--steps", argv[++i], 10, 10000, &so.steps)) return 2; }
+    else if (cf_arg_is(a, "--warmup", NULL) && more) { if (!parse_int("--warmup", argv[++i], 1, 10000, &so.warmup)) return 2; }
+    else if (cf_arg_is(a, "--torch-threads", NULL) && more) {
+      if (!parse_int("--torch-threads", argv[++i], 1, 4096, &so.torch_threads)) return 2;
+    } else if (a[0] != '-' && !what &&
+               (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "step") || !strcmp(a, "all")))
+      what = a;
+    else if (a[0] != '-' && !what) {
+      fprintf(stderr, "clformer bench: unknown benchmark '%s': kernels, gemm, step or all (see --help)\n", a);
+      return 2;
+    } else return cf_cli_unexpected("bench", argc, argv, i, usage);
+  }
+  if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
+
+  cf_config cfg;
+  int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);
+  if (rc) return rc;
+  FILE *json = NULL;  /* opened first: a bad path fails before anything is measured */
+  if (json_path) {
+    json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+    if (!json) {
+      fprintf(stderr, "clformer bench: --json %s: %s\n", json_path, strerror(errno));
+      return 2;
+    }
+  }
+  cf_context_options o = {.device_spec = cf_device_spec_resolve(spec, cfg.device), .profiling = 1};
+  cf_context *ctx;
+  cf_status st = cf_context_create(&o, &ctx);
+  if (st != CF_OK) {
+    if (json && json != stdout) fclose(json);
+    return cf_exit_code(st);
+  }
+  so.t_context = cf_now();
+
+  int all = !strcmp(what, "all");
+  int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
+  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  /* where our own GEMM runs on the host's cores, how far apart they are explains much of the drift between runs */
+  int probe_cpus[2] = {0, 0};
+  double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
+  if (round_trip > 0)
+    fprintf(json_path && !strcmp(json_path, "-") ? stderr : stdout,
+            "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
+            "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
+            probe_cpus[1]);
+  if (json) {
+    const cf_device_info *d = cf_context_device(ctx);
+    char cpu[256];
+    host_cpu(cpu, sizeof cpu);
+    fprintf(json, "{\n  \"schema\": 1,\n  \"clformer_version\": \"%s\",\n  \"host\": {\"cpu\": ", CLFORMER_VERSION);
+    cf_json_string(json, cpu);
+    fprintf(json, ", \"cpus\": %ld, ", sysconf(_SC_NPROCESSORS_ONLN));
+    if (round_trip > 0) fprintf(json, "\"core_round_trip_ns\": %.0f},\n  \"device\": {", round_trip);
+    else fprintf(json, "\"core_round_trip_ns\": null},\n  \"device\": {");
+    const char *keys[] = {"name", "platform", "platform_version", "driver", "type"};
+    const char *vals[] = {d->name, d->platform_name, d->platform_version, d->driver_version,
+                          cf_device_type_str(d->type)};
+    for (int k = 0; k < 5; k++) {
+      fprintf(json, "\"%s\": ", keys[k]);
+      cf_json_string(json, vals[k]);
+      fputs(", ", json);
+    }
+    fprintf(json, "\"compute_units\": %u, \"kernel_shapes\": \"%s\"}", d->compute_units,
+            cf_context_cpu_shapes(ctx) ? "cpu" : "gpu");
+  }
+  if (cf_context_cpu_shapes(ctx) != device_cpu)
+    fprintf(json == stdout ? stderr : stdout, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
+            "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
+  if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
+  /* gemm first: it times CLBlast with its default parameters before any GEMM of the process reads
+   * the tuning file (the attention in `kernels` runs GEMMs) */
+  if (gemm) {
+    if (json) fprintf(json, ",\n  \"gemm\": ");
+    st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, json);
+  }
+  if (st == CF_OK && kernels) {
+    if (gemm) fputc('\n', json == stdout ? stderr : stdout);
+    if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */
+    st = cf_bench_kernels(ctx, repeat, only, json);
+  }
+  if (st == CF_OK && step) {
+    if (kernels || gemm) fputc('\n', json == stdout ? stderr : stdout);
+    if (json) fprintf(json, ",\n  \"step\": ");
+    st = cf_bench_step(ctx, &cfg, &so, json);
+  }
+  if (json) {
+    fprintf(json, "\n}\n");
+    if (json != stdout) fclose(json);
+  }
+  cf_context_free(ctx);
+  return cf_exit_code(st);
+}

@@ -1,0 +1,48 @@
+/* `clformer compare`: the command line over cf_compare (src/experiments/compare.c). */
+#include <stdio.h>
+#include <string.h>
+#include "app/cli.h"
+#include "clformer/experiments.h"
+
+static const char *usage =
+    "usage: clformer compare CONFIG [--seeds N] [--only NAME] [--set KEY=VALUE ...] [--device SPEC]\n"
+    "                               [--out DIR] [--log-steps] [--report-only]\n"
+    "\n"
+    "Runs every variant of a comparison file in turn into OUT/<variant>/ (OUT/<variant>/seed<S>/ with\n"
+    "several seeds, S = base seed + k; a single-seed run already in OUT/<variant>/ serves as the first\n"
+    "seed), skipping finished runs and resuming unfinished ones, then writes OUT/summary.md,\n"
+    "OUT/summary.json and OUT/curves.svg. A comparison file holds:\n"
+    "  base:        a training config (every key of `clformer check --keys`)\n"
+    "  variants:    a list of {name: NAME, set: {KEY: VALUE, ...}} overrides of the base\n"
+    "  target_loss: validation loss whose first crossing is reported per variant (optional)\n"
+    "  plateau_after: a run whose final validation loss is within 0.05 of the unigram entropy (or above)\n"
+    "               after at least this many steps is reported as plateaued (default 100)\n"
+    "  seeds:       seeds per variant (default 1; --seeds overrides); seed k uses base seed + k\n"
+    "  out:         output directory (default runs/<config name>; --out overrides)\n"
+    "\n"
+    "  --only NAME     run just this variant (the summary covers every run present)\n"
+    "  --set KEY=VALUE override a key of the base (repeatable); a variant's own set still wins\n"
+    "  --log-steps     log-scaled step axis in curves.svg\n"
+    "  --report-only   train nothing; rewrite the summary from the runs present\n";
+
+int cmd_compare(int argc, char **argv) {
+  cf_experiment_args ea = {0};
+  cf_compare_options o = {.report = stdout};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int taken = cf_cli_experiment_arg("compare", argc, argv, &i, &ea);
+    if (taken < 0) return 2;
+    if (taken) continue;
+    if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
+    else if (cf_arg_is(a, "--only", NULL) && i + 1 < argc) o.only = argv[++i];
+    else if (cf_arg_is(a, "--log-steps", NULL)) o.log_steps = 1;
+    else if (cf_arg_is(a, "--report-only", NULL)) o.report_only = 1;
+    else return cf_cli_unexpected("compare", argc, argv, i, usage);
+  }
+  if (!ea.path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
+  o.path = ea.path, o.sets = ea.sets, o.nsets = ea.nsets, o.seeds = ea.seeds, o.device = ea.device, o.out = ea.out;
+  int interrupted = 0;
+  cf_status st = cf_compare(&o, &interrupted);
+  if (st != CF_OK) return cf_exit_code(st);
+  return interrupted ? 130 : 0;
+}

@@ -1,0 +1,65 @@
+/* `clformer train CONFIG`: train (or resume) one model. */
+#include <stdlib.h>
+#include <string.h>
+#include "app/cli.h"
+#include "clformer/selftest.h"
+#include "clformer/train.h"
+#include "runtime/runtime.h"
+
+static const char *usage =
+    "usage: clformer train CONFIG [--set KEY=VALUE ...] [--device SPEC] [--resume RUN_DIR] [--quiet]\n"
+    "\n"
+    "Trains the model CONFIG describes (see `clformer check --keys`) into train.out: progress lines,\n"
+    "metrics.csv, config.yaml, checkpoint.safetensors and run.json. Ctrl-C stops after the current step\n"
+    "with a checkpoint; --resume continues bit-identically.\n"
+    "\n"
+    "  --set KEY=VALUE   override a config key (repeatable), e.g. --set model.norm=post\n"
+    "  --device SPEC     OpenCL device (default: $CLFORMER_DEVICE, then the config's device, then auto)\n"
+    "  --resume RUN_DIR  continue the run in RUN_DIR from its checkpoint (CONFIG defaults to RUN_DIR/config.yaml)\n"
+    "  --quiet           no progress lines\n"
+    "\n"
+    "exit codes: 0 finished, 1 runtime error, 2 bad input, 3 diverged (a non-finite loss or gradient, or a loss\n"
+    "above 3 ln 256), 130 interrupted\n";
+
+int cmd_train(int argc, char **argv) {
+  const char *path = NULL, *device = NULL, *resume = NULL;
+  char *sets[256];
+  int nsets = 0, quiet = 0;
+  for (int i = 1; i < argc; i++) {
+    if (cf_arg_is(argv[i], "--help", "-h")) { fputs(usage, stdout); return 0; }
+    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
+    else if (cf_arg_is(argv[i], "--device", "-d") && i + 1 < argc) device = argv[++i];
+    else if (cf_arg_is(argv[i], "--resume", NULL) && i + 1 < argc) resume = argv[++i];
+    else if (cf_arg_is(argv[i], "--quiet", "-q")) quiet = 1;
+    else if (argv[i][0] != '-' && !path) path = argv[i];
+    else return cf_cli_unexpected("train", argc, argv, i, usage);
+  }
+  char resumed_cfg[2100];
+  if (!path && resume) {
+    snprintf(resumed_cfg, sizeof resumed_cfg, "%s/config.yaml", resume);
+    path = resumed_cfg;
+  }
+  if (!path) { fprintf(stderr, "clformer train: a CONFIG file is required\n\n%s", usage); return 2; }
+  cf_config cfg;
+  int rc = cf_cli_load_config(&cfg, path, sets, nsets);
+  if (rc) return rc;
+  cf_context_options o = {.device_spec = cf_device_spec_resolve(device, cfg.device)};
+  cf_context *ctx;
+  cf_status st = cf_context_create(&o, &ctx);
+  if (st != CF_OK) return cf_exit_code(st);
+  if ((st = cf_selftest_ensure(ctx)) != CF_OK) {
+    cf_context_free(ctx);
+    return 1;
+  }
+  cf_train_options to = {.resume_dir = resume, .quiet = quiet};
+  cf_train_result res;
+  st = cf_train(ctx, &cfg, &to, &res);
+  cf_context_free(ctx);
+  if (st != CF_OK) return cf_exit_code(st);
+  if (res.state.diverged_step) return 3;
+  if (res.interrupted) return 130;
+  if (!quiet)
+    printf("done: best validation loss %.4f at step %d; run in %s\n", res.state.best_valid, res.state.best_step,
+           resume ? resume : cfg.train.out);
+  return 0;
+}

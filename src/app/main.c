@@ -1,0 +1,64 @@
+/* clformer: the command-line program. Dispatches to the subcommands in src/cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+#include "app/cli.h"
+#include "clformer/clformer.h"
+
+static const char *usage =
+    "usage: clformer COMMAND [options]    (clformer COMMAND --help for its options)\n"
+    "\n"
+    "A portable OpenCL Transformer trainer (Post-LN and Pre-LN, after Xiong et al. 2020).\n"
+    "\n"
+    "commands:\n"
+    "%s"
+    "\n"
+    "environment:\n"
+    "  CLFORMER_DEVICE       device spec when --device is not given (auto, P:D, gpu, cpu, accelerator, name)\n"
+    "  CLFORMER_CACHE_DIR    kernel binary cache (default $XDG_CACHE_HOME/clformer or ~/.cache/clformer)\n"
+    "  CLFORMER_CACHE=off    do not cache compiled kernels (nor read or write GEMM tuning results)\n"
+    "  CLFORMER_CACHE_MAX_MB size the cache is pruned to, least recently used first (default 256)\n"
+    "  CLFORMER_KERNEL_DIR   read kernels from this directory (a cl/ source tree) instead of the embedded copy\n"
+    "  CLFORMER_KERNEL_SHAPES auto (default), cpu or gpu: the kernels' launch shapes, whatever the device type\n"
+    "  CLFORMER_GEMM         auto (default), own or clblast: force one GEMM implementation\n"
+    "  CLFORMER_TUNE=off     ignore the stored `clformer tune` results\n"
+    "  CLFORMER_PYTHON       the Python with torch for `bench step --vs-torch` (default /usr/bin/python3)\n"
+    "  CLFORMER_VERBOSE      0 errors only, 1 notes (default), 2 debug\n";
+
+static const struct {
+  const char *name;
+  int (*run)(int, char **);
+  const char *help;
+} commands[] = {
+    {"compare", cmd_compare, "the warm-up comparison: train variants of a config; summary.md, summary.json, curves.svg"},
+    {"gradnorm", cmd_gradnorm, "gradient norms at initialization per layer and depth (Theorem 1); table and gradnorm.svg"},
+    {"train", cmd_train, "train a Post-LN or Pre-LN Transformer language model from a YAML config"},
+    {"sample", cmd_sample, "generate text from a trained run"},
+    {"check", cmd_check, "validate a training config and print it fully resolved"},
+    {"devices", cmd_devices, "list OpenCL devices and show which one a --device spec selects"},
+    {"selftest", cmd_selftest, "check every kernel on a device against double-precision references"},
+    {"bench", cmd_bench, "measure GEMM, kernels and a training step on a device (JSON to compare devices)"},
+    {"tune", cmd_tune, "find fast GEMM settings for a device; stored per device and driver, applied by every run"},
+};
+
+static void print_usage(FILE *f) {
+  char list[2048] = "";
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, usage, list);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || cf_arg_is(argv[1], "--help", "-h") || !strcmp(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (cf_arg_is(argv[1], "--version", "-V")) {
+    printf("clformer %s\n", CLFORMER_VERSION);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "clformer: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,73 @@
+/* The base layer, internal: error reporting and checking macros, logging, the clock, hashing,
+ * file I/O with atomic replace, and small helpers the reports share. Knows nothing of devices. */
+#ifndef CLFORMER_BASE_BASE_H
+#define CLFORMER_BASE_BASE_H
+
+#include <stdio.h>
+#include <CL/cl.h>
+#include "clformer/status.h"
+
+/* Record an error: "<call> failed at file:line: NAME (code)" plus optional detail (a build
+ * log), kept for cf_last_error() and printed to stderr. Returns status. */
+cf_status cf_report(cf_status status, const char *call, const char *file, int line,
+                    const char *detail_fmt, ...);
+#define CF_FAIL(status, ...) cf_report((status), NULL, __FILE__, __LINE__, __VA_ARGS__)
+
+/* Evaluate an OpenCL or CLBlast call once; on failure report it and return its status. */
+#define CF_CHECK(call)                                                              \
+  do {                                                                              \
+    cf_status cf_chk_ = (cf_status)(call);                                          \
+    if (cf_chk_ != CL_SUCCESS) return cf_report(cf_chk_, #call, __FILE__, __LINE__, NULL); \
+  } while (0)
+
+/* Same, but store the status in `st` and jump to `label` (for cleanup ladders). */
+#define CF_CHECK_GOTO(call, st, label)                                              \
+  do {                                                                              \
+    cf_status cf_chk_ = (cf_status)(call);                                          \
+    if (cf_chk_ != CL_SUCCESS) {                                                    \
+      (st) = cf_report(cf_chk_, #call, __FILE__, __LINE__, NULL);                   \
+      goto label;                                                                   \
+    }                                                                               \
+  } while (0)
+
+/* Propagate a cf_status from a clformer function (already reported). */
+#define CF_TRY(expr)                      \
+  do {                                    \
+    cf_status cf_try_ = (expr);           \
+    if (cf_try_ != CF_OK) return cf_try_; \
+  } while (0)
+
+/* A failing release is logged, never fatal. */
+#define CF_RELEASE(fn, obj)                                                          \
+  do {                                                                               \
+    if (obj) {                                                                       \
+      cl_int cf_rel_ = fn(obj);                                                      \
+      if (cf_rel_ != CL_SUCCESS) cf_log(1, "warning: " #fn " failed: %s", cf_status_str(cf_rel_)); \
+    }                                                                                \
+  } while (0)
+
+/* Messages at or below the current verbosity go to stderr, prefixed "clformer: ". */
+void cf_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic wall clock in seconds. */
+double cf_now(void);
+
+/* 64-bit FNV-1a, chainable: h = cf_hash64(h, data, n), starting from CF_HASH_SEED. */
+#define CF_HASH_SEED 0xcbf29ce484222325ULL
+unsigned long long cf_hash64(unsigned long long h, const void *data, size_t n);
+
+/* Read a whole file; *text is malloc'd and NUL-terminated. */
+cf_status cf_read_file(const char *path, char **text, size_t *len);
+/* Write a file atomically: a temporary beside it, fsync, rename. */
+cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
+/* The median of v[0..n) (sorting v in place; NaN when n == 0): the benchmarks' statistic. */
+double cf_median(double *v, int n);
+/* s as a JSON string literal (quotes, backslashes and control characters escaped). */
+void cf_json_string(FILE *f, const char *s);
+/* Whole-string numbers: 1 on success, 0 for junk, overflow, NaN/Inf or out of [lo, hi]. */
+int cf_parse_long(const char *s, long lo, long hi, long *out);
+int cf_parse_double(const char *s, double lo, double hi, double *out);
+/* mkdir -p */
+cf_status cf_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,324 @@
+/* `clformer gradnorm`: gradient norms at initialization (Xiong et al. 2020, Theorem 1 and
+ * Figure 3). For each placement and depth, over several random initialisations and one fixed
+ * batch: the Frobenius norm of the gradient of every layer's FFN weights (W1, W2), attention
+ * output projection and LN gains, before any update. Then the scaling of the last layer's W2
+ * gradient with depth: Theorem 1 predicts about L^0 for Post-LN and L^-1/2 for Pre-LN. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+#include "clformer/clformer.h"
+#include "clformer/experiments.h"
+#include "clformer/train.h"
+#include "config/config_yaml.h"
+#include "runtime/runtime.h"
+#include "experiments/svg.h"
+
+enum { W1, W2, WO, LN1, LN2, NQ };
+static const char *qname[NQ] = {"ffn.fc1.weight", "ffn.fc2.weight", "attn.proj.weight", "ln1.weight", "ln2.weight"};
+static const char *qshort[NQ] = {"W1", "W2", "W_o", "LN1 gain", "LN2 gain"};
+
+typedef struct gn_spec {
+  cf_config base;
+  int depths[32], ndepths, seeds, norms[2], nnorms;
+  char out[1024];
+} gn_spec;
+
+static cf_status parse_ints(yaml_document_t *doc, yaml_node_t *n, const char *path, const char *key, int *out, int max,
+                            int *count, int is_norm) {
+  if (n->type != YAML_SEQUENCE_NODE) return CF_FAIL(CF_ERR_CONFIG, "%s:%zu: %s: expected a list", path, n->start_mark.line + 1, key);
+  *count = 0;
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+    yaml_node_t *v = yaml_document_get_node(doc, *it);
+    const char *s = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : "";
+    char *end;
+    long x = is_norm ? (!strcmp(s, "pre") ? CF_NORM_PRE : !strcmp(s, "post") ? CF_NORM_POST : -1) : strtol(s, &end, 10);
+    if (*count >= max || x < (is_norm ? 0 : 1) || x > 1000 || (!is_norm && *end))
+      return CF_FAIL(CF_ERR_CONFIG, "%s:%zu: %s: '%s' is not %s", path, v->start_mark.line + 1, key, s,
+                     is_norm ? "post or pre" : "a layer count from 1 to 1000");
+    out[(*count)++] = (int)x;
+  }
+  if (*count == 0) return CF_FAIL(CF_ERR_CONFIG, "%s: %s: the list is empty", path, key);
+  return CF_OK;
+}
+
+static cf_status parse_gn(gn_spec *s, const char *path, char **sets, int nsets) {
+  memset(s, 0, sizeof *s);
+  s->seeds = 3;
+  s->norms[0] = CF_NORM_POST;
+  s->norms[1] = CF_NORM_PRE;
+  s->nnorms = 2;
+  cf_config_defaults(&s->base);
+  yaml_document_t doc;
+  CF_TRY(cf_yaml_load_file(path, &doc));
+  cf_status st = CF_OK;
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root || root->type != YAML_MAPPING_NODE) st = CF_FAIL(CF_ERR_CONFIG, "%s: expected a mapping with base: and depths:", path);
+  for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL; st == CF_OK && p < root->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
+    if (k->type != YAML_SCALAR_NODE) { st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: keys must be plain names", path, k->start_mark.line + 1); break; }
+    const char *key = (const char *)k->data.scalar.value;
+    if (!strcmp(key, "base")) st = cf_config_apply_node(&s->base, &doc, v, path);
+    else if (!strcmp(key, "depths")) st = parse_ints(&doc, v, path, key, s->depths, 32, &s->ndepths, 0);
+    else if (!strcmp(key, "placements")) st = parse_ints(&doc, v, path, key, s->norms, 2, &s->nnorms, 1);
+    else if (!strcmp(key, "seeds") && v->type == YAML_SCALAR_NODE) {
+      long x;
+      if (!cf_parse_long((const char *)v->data.scalar.value, 1, 1000, &x))
+        st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu: seeds: expected an integer from 1 to 1000", path, v->start_mark.line + 1);
+      else s->seeds = (int)x;
+    } else if (!strcmp(key, "out") && v->type == YAML_SCALAR_NODE)
+      snprintf(s->out, sizeof s->out, "%s", (const char *)v->data.scalar.value);
+    else
+      st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: unknown key '%s' (expected base, depths, placements, seeds, out)", path,
+                   k->start_mark.line + 1, k->start_mark.column + 1, key);
+  }
+  if (st == CF_OK && !s->ndepths) st = CF_FAIL(CF_ERR_CONFIG, "%s: depths: missing (e.g. depths: [6, 12, 18, 24])", path);
+  if (st == CF_OK) st = cf_config_resolve_paths(&s->base, path);
+  for (int i = 0; i < nsets && st == CF_OK; i++) st = cf_config_set(&s->base, sets[i]);
+  if (st == CF_OK) st = cf_config_validate(&s->base);
+  if (st == CF_OK && !s->out[0]) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(s->out, sizeof s->out, "runs/%.*s", (int)strcspn(b, "."), b);
+  }
+  yaml_document_delete(&doc);
+  return st;
+}
+
+/* norms[((ni * ndepths + di) * seeds + k) * Lmax * NQ + l * NQ + q] */
+static double *at(double *norms, const gn_spec *s, int ni, int di, int k, int l, int q, int Lmax) {
+  return &norms[(((size_t)ni * s->ndepths + di) * s->seeds + k) * Lmax * NQ + (size_t)l * NQ + q];
+}
+
+static void mean_sd(double *norms, const gn_spec *s, int ni, int di, int l, int q, int Lmax, double *mean, double *sd) {
+  double a = 0, b = 0;
+  for (int k = 0; k < s->seeds; k++) {
+    double v = *at(norms, s, ni, di, k, l, q, Lmax);
+    a += v;
+    b += v * v;
+  }
+  *mean = a / s->seeds;
+  *sd = s->seeds > 1 ? sqrt(fmax(0, (b - a * a / s->seeds) / (s->seeds - 1))) : 0;
+}
+
+/* Least-squares slope of log y against log x. */
+static double loglog_slope(const double *x, const double *y, int n) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < n; i++) {
+    double a = log(x[i]), b = log(y[i]);
+    sx += a; sy += b; sxx += a * a; sxy += a * b;
+  }
+  double d = n * sxx - sx * sx;
+  return d != 0 ? (n * sxy - sx * sy) / d : NAN;
+}
+
+static const char *norm_name(int n) { return n == CF_NORM_PRE ? "Pre-LN" : "Post-LN"; }
+
+cf_status cf_gradnorm(const cf_gradnorm_options *o) {
+  gn_spec s;
+  cf_status st = parse_gn(&s, o->path, o->sets, o->nsets);
+  if (st != CF_OK) return st;
+  if (o->seeds) s.seeds = o->seeds;
+  if (o->out) snprintf(s.out, sizeof s.out, "%s", o->out);
+  cf_data data;
+  if ((st = cf_data_open(&data, &s.base)) != CF_OK) return st;
+  int Lmax = 0;
+  for (int d = 0; d < s.ndepths; d++) Lmax = s.depths[d] > Lmax ? s.depths[d] : Lmax;
+  int B = s.base.data.batch_size, T = s.base.data.seq_len;
+  double *norms = calloc((size_t)s.nnorms * s.ndepths * s.seeds * Lmax * NQ, sizeof *norms);
+  int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+  cf_context *ctx = NULL;
+  if (!norms || !in || !tg) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
+  cf_data_batch(&data, CF_SPLIT_TRAIN, s.base.seed, 0, B, T, in, tg);  /* the one fixed batch */
+  cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s.base.device)};
+  if ((st = cf_context_create(&co, &ctx)) != CF_OK) goto done;
+  if ((st = cf_selftest_ensure(ctx)) != CF_OK) goto done;
+  if ((st = cf_mkdirs(s.out)) != CF_OK) goto done;
+  double t0 = cf_now();
+  int total = s.nnorms * s.ndepths * s.seeds, idx = 0;
+  for (int ni = 0; ni < s.nnorms && st == CF_OK; ni++)
+    for (int di = 0; di < s.ndepths && st == CF_OK; di++)
+      for (int k = 0; k < s.seeds && st == CF_OK; k++) {
+        cf_config c = s.base;
+        c.model.norm = s.norms[ni];
+        c.model.layers = s.depths[di];
+        c.model.final_norm = CF_FINAL_NORM_AUTO;
+        c.model.dropout = c.model.attn_dropout = 0;
+        if ((st = cf_config_validate(&c)) != CF_OK) break;
+        cf_model *m;
+        if ((st = cf_model_create(ctx, &c, B, T, &m)) != CF_OK) break;
+        float *g = malloc((size_t)cf_model_num_views(m) * sizeof *g);
+        st = g ? cf_model_init(m, s.base.seed + (unsigned long long)k) : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+        if (st == CF_OK) st = cf_model_forward(m, in, tg, 0, 0);
+        if (st == CF_OK) st = cf_model_backward(m);
+        if (st == CF_OK) st = cf_model_grad_norms(m, g);
+        for (int l = 0; st == CF_OK && l < c.model.layers; l++)
+          for (int q = 0; q < NQ; q++) {
+            char name[96];
+            snprintf(name, sizeof name, "layers.%d.%s", l, qname[q]);
+            const cf_tensor_view *v = cf_model_find_view(m, name);
+            for (int i = 0; v && i < cf_model_num_views(m); i++)
+              if (cf_model_view(m, i) == v) *at(norms, &s, ni, di, k, l, q, Lmax) = g[i];
+          }
+        free(g);
+        cf_model_free(m);
+        idx++;
+        if (o->progress) {
+          char what[96];
+          snprintf(what, sizeof what, "%s, %d layers, seed %d", norm_name(s.norms[ni]), s.depths[di],
+                   (int)(s.base.seed + (unsigned long long)k));
+          double el = cf_now() - t0;
+          o->progress(o->user, idx, total, what, el, el / idx * (total - idx));
+        }
+      }
+  if (st != CF_OK) goto done;
+
+  /* tables, scaling fit, JSON and the figure */
+  char p[1200];
+  snprintf(p, sizeof p, "%s/gradnorm.md", s.out);
+  FILE *md = fopen(p, "w");
+  snprintf(p, sizeof p, "%s/gradnorm.json", s.out);
+  FILE *js = fopen(p, "w");
+  if (!md || !js) {
+    if (md) fclose(md);
+    if (js) fclose(js);
+    st = CF_FAIL(CF_ERR_IO, "cannot write into %s", s.out);
+    goto done;
+  }
+  fprintf(md, "# Gradient norms at initialization\n\nFrobenius norm of each layer's gradient before any update, on one "
+              "fixed batch of %d x %d bytes, mean ± standard deviation over %d initialisations (Xavier-uniform, seeds "
+              "%llu..%llu). Model: d_model %d, %d heads, d_ff %d, %s, device %s.\n\n", B, T, s.seeds, s.base.seed,
+          s.base.seed + (unsigned long long)s.seeds - 1, s.base.model.d_model, s.base.model.heads, s.base.model.d_ff,
+          s.base.model.activation == 0 ? "ReLU" : "GELU", cf_context_device(ctx)->name);
+  fprintf(js, "{\n  \"device\": \"%s\",\n  \"seeds\": %d,\n  \"depths\": [", cf_context_device(ctx)->name, s.seeds);
+  for (int d = 0; d < s.ndepths; d++) fprintf(js, "%s%d", d ? ", " : "", s.depths[d]);
+  fprintf(js, "],\n  \"quantities\": [");
+  for (int q = 0; q < NQ; q++) fprintf(js, "%s\"%s\"", q ? ", " : "", qname[q]);
+  fprintf(js, "],\n  \"placements\": {\n");
+  for (int ni = 0; ni < s.nnorms; ni++) {
+    fprintf(js, "    \"%s\": {\n", s.norms[ni] == CF_NORM_PRE ? "pre" : "post");
+    for (int di = 0; di < s.ndepths; di++) {
+      fprintf(js, "      \"%d\": {\"mean\": [", s.depths[di]);
+      for (int l = 0; l < s.depths[di]; l++) {
+        fprintf(js, "%s[", l ? ", " : "");
+        for (int q = 0; q < NQ; q++) {
+          double mu, sd;
+          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
+          fprintf(js, "%s%.6g", q ? ", " : "", mu);
+        }
+        fputs("]", js);
+      }
+      fputs("], \"sd\": [", js);
+      for (int l = 0; l < s.depths[di]; l++) {
+        fprintf(js, "%s[", l ? ", " : "");
+        for (int q = 0; q < NQ; q++) {
+          double mu, sd;
+          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
+          fprintf(js, "%s%.6g", q ? ", " : "", sd);
+        }
+        fputs("]", js);
+      }
+      fprintf(js, "]}%s\n", di + 1 < s.ndepths ? "," : "");
+    }
+    fprintf(js, "    }%s\n", ni + 1 < s.nnorms ? "," : "");
+  }
+  fputs("  },\n  \"last_layer_w2_scaling\": {", js);
+  for (int di = 0; di < s.ndepths; di++) {
+    fprintf(md, "## %d layers\n\n| layer |", s.depths[di]);
+    for (int ni = 0; ni < s.nnorms; ni++)
+      for (int q = 0; q < NQ; q++) fprintf(md, " %s %s |", norm_name(s.norms[ni]), qshort[q]);
+    fprintf(md, "\n|---|");
+    for (int i = 0; i < s.nnorms * NQ; i++) fputs("---|", md);
+    fputc('\n', md);
+    for (int l = 0; l < s.depths[di]; l++) {
+      fprintf(md, "| %d |", l + 1);
+      for (int ni = 0; ni < s.nnorms; ni++)
+        for (int q = 0; q < NQ; q++) {
+          double mu, sd;
+          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
+          fprintf(md, " %.3g ± %.2g |", mu, sd);
+        }
+      fputc('\n', md);
+    }
+    fputc('\n', md);
+  }
+  fprintf(md, "## Scaling of the last layer's W2 gradient with depth (Theorem 1)\n\n| placement |");
+  for (int d = 0; d < s.ndepths; d++) fprintf(md, " L = %d |", s.depths[d]);
+  fprintf(md, " fitted exponent | Theorem 1 |\n|---|");
+  for (int d = 0; d <= s.ndepths + 1; d++) fputs("---|", md);
+  fputc('\n', md);
+  if (o->report) fprintf(o->report, "last layer's W2 gradient norm against depth (mean over %d initialisations):\n", s.seeds);
+  for (int ni = 0; ni < s.nnorms; ni++) {
+    double x[32], y[32];
+    fprintf(md, "| %s |", norm_name(s.norms[ni]));
+    if (o->report) fprintf(o->report, "  %-8s", norm_name(s.norms[ni]));
+    for (int di = 0; di < s.ndepths; di++) {
+      double sd;
+      x[di] = s.depths[di];
+      mean_sd(norms, &s, ni, di, s.depths[di] - 1, W2, Lmax, &y[di], &sd);
+      fprintf(md, " %.4g |", y[di]);
+      if (o->report) fprintf(o->report, "  L=%d: %.4g", s.depths[di], y[di]);
+    }
+    double e = s.ndepths > 1 ? loglog_slope(x, y, s.ndepths) : NAN;
+    const char *theory = s.norms[ni] == CF_NORM_PRE ? "L^-0.5" : "L^0";
+    fprintf(md, " L^%.2f | %s |\n", e, theory);
+    if (o->report) fprintf(o->report, "  -> fitted L^%.2f (Theorem 1: %s)\n", e, theory);
+    fprintf(js, "%s\"%s\": {\"norms\": [", ni ? ", " : "", s.norms[ni] == CF_NORM_PRE ? "pre" : "post");
+    for (int di = 0; di < s.ndepths; di++) fprintf(js, "%s%.6g", di ? ", " : "", y[di]);
+    fprintf(js, "], \"exponent\": ");
+    if (isfinite(e)) fprintf(js, "%.4f", e);
+    else fputs("null", js);
+    fprintf(js, ", \"theorem1\": %s}", s.norms[ni] == CF_NORM_PRE ? "-0.5" : "0");
+  }
+  fputs("}\n}\n", js);
+  fprintf(md, "\nFigure: [gradnorm.svg](gradnorm.svg) (W2 gradient norm against layer, one panel per depth, error bars over "
+              "initialisations).\n");
+  fclose(md);
+  fclose(js);
+
+  /* the figure: one panel per depth, W2 gradient norm against layer, a line per placement */
+  int cols = s.ndepths < 2 ? 1 : 2, rows = (s.ndepths + cols - 1) / cols, PW = 440, PH = 260;
+  snprintf(p, sizeof p, "%s/gradnorm.svg", s.out);
+  FILE *f = svg_begin(p, cols * (PW + 110) + 20, rows * (PH + 90) + 20);
+  double ylo = INFINITY, yhi = 0;
+  for (int ni = 0; ni < s.nnorms; ni++)
+    for (int di = 0; di < s.ndepths; di++)
+      for (int l = 0; l < s.depths[di]; l++)
+        for (int k = 0; k < s.seeds; k++) {
+          double v = *at(norms, &s, ni, di, k, l, W2, Lmax);
+          if (v > 0) { ylo = fmin(ylo, v); yhi = fmax(yhi, v); }
+        }
+  if (!isfinite(ylo)) { ylo = 1e-3; yhi = 1; }
+  for (int di = 0; f && di < s.ndepths; di++) {
+    char title[96];
+    snprintf(title, sizeof title, "%d layers: gradient norm of W2", s.depths[di]);
+    svg_panel pn = {90.0 + (di % cols) * (PW + 110), 40.0 + (di / cols) * (PH + 90), PW, PH, 0.5, s.depths[di] + 0.5,
+                    ylo / 1.5, yhi * 1.5, 0, 1, NULL, "layer", "||dL/dW2||", 110};
+    pn.title = title;
+    svg_axes(f, &pn);
+    for (int ni = 0; ni < s.nnorms; ni++) {
+      double xs[1000], mu[1000], lo[1000], hi[1000];
+      for (int l = 0; l < s.depths[di]; l++) {
+        double sd;
+        xs[l] = l + 1;
+        mean_sd(norms, &s, ni, di, l, W2, Lmax, &mu[l], &sd);
+        lo[l] = mu[l] - sd > 0 ? mu[l] - sd : mu[l] / 1.5;
+        hi[l] = mu[l] + sd;
+      }
+      const char *col = svg_color(s.norms[ni] == CF_NORM_PRE ? 0 : 1);
+      svg_line(f, &pn, xs, mu, s.depths[di], col, 2, 1, "");
+      if (s.seeds > 1) svg_errorbars(f, &pn, xs, lo, hi, s.depths[di], col);
+      svg_legend(f, &pn, ni, col, "", norm_name(s.norms[ni]));
+    }
+  }
+  if (f) svg_end(f);
+  if (o->report) fprintf(o->report, "wrote %s/gradnorm.md, gradnorm.json and gradnorm.svg\n", s.out);
+done:
+  cf_context_free(ctx);
+  cf_data_close(&data);
+  free(norms);
+  free(in);
+  free(tg);
+  return st;
+}

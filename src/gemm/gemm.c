@@ -1,0 +1,567 @@
+/* Row-major SGEMM, plain and strided-batched, on the context's queue: through CLBlast, or through
+ * our own CPU kernels (cl/gemm.cl), chosen per $CLFORMER_GEMM and the device type. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <clblast_c.h>
+#include "clformer/gemm.h"
+#include "runtime/runtime.h"
+
+/* ---------- choosing ---------- */
+
+const char *cf_gemm_impl_name(cf_gemm_impl impl) {
+  switch (impl) {
+    case CF_GEMM_AUTO: return "auto";
+    case CF_GEMM_CLBLAST: return "clblast";
+    case CF_GEMM_OWN: return "own";
+  }
+  return "?";
+}
+
+cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl *out) {
+  if (impl == CF_GEMM_AUTO) {
+    const char *env = getenv("CLFORMER_GEMM");
+    if (env && *env) {
+      if (!strcmp(env, "clblast")) impl = CF_GEMM_CLBLAST;
+      else if (!strcmp(env, "own")) impl = CF_GEMM_OWN;
+      else if (strcmp(env, "auto"))
+        return CF_FAIL(CF_ERR_CONFIG, "CLFORMER_GEMM=%s: expected clblast, own or auto", env);
+    }
+  }
+  if (impl == CF_GEMM_AUTO) impl = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+  if (impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "unknown GEMM implementation %d", (int)impl);
+  *out = impl;
+  return CF_OK;
+}
+
+/* ---------- tuning results (clformer tune) ---------- */
+
+/* `clformer tune` stores, per device and driver, a text file in the cache directory:
+ *   # comment lines
+ *   clblast KERNEL NAME=VALUE ...        CLBlast parameters, applied with CLBlastOverrideParameters
+ *                                        (tune writes Xgemm, XgemmDirect, the helper kernels Padtranspose,
+ *                                        Transpose, Pad, Copy, and GemmRoutine XGEMM_MIN_INDIRECT_SIZE=S:
+ *                                        CLBlast's direct kernel for M*N*K < S^3; a line CLBlast refuses
+ *                                        is reported and skipped)
+ *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
+ *                                        IMPL own|clblast, the measured GFLOP/s of both)
+ * The file is read on a context's first GEMM (unless cf_gemm_tune_hold defers it); CLFORMER_TUNE=off
+ * ignores it. A shape without a choice keeps the default of cf_gemm_resolve. */
+#define TUNE_SLOTS 4
+#define TUNE_MAX_CHOICES 64
+typedef struct tune_choice {
+  int ta, tb;
+  size_t M, N, K, batch;
+  cf_gemm_impl impl;
+} tune_choice;
+static struct tune_slot {
+  cl_device_id device;
+  char driver[256];
+  int loaded;            /* a tuning file was read */
+  char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
+  int nchoices;
+  tune_choice choices[TUNE_MAX_CHOICES];
+} tune_slots[TUNE_SLOTS];
+static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Devices CLBlast took tuned parameters for in this process: they outlive a slot's eviction, and
+ * such a device cannot be held back to CLBlast's defaults again (cf_gemm_tune_hold). */
+#define TUNED_DEVICES 16
+static cl_device_id tuned_devices[TUNED_DEVICES];
+
+int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
+  const char *dir = cf_cache_dir();
+  if (!dir) return 0;
+  const char *parts[] = {ctx->info.name, ctx->info.platform_name, ctx->info.platform_version,
+                         ctx->info.driver_version, ctx->info.device_version};
+  unsigned long long h = CF_HASH_SEED;
+  for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) h = cf_hash64(h, parts[i], strlen(parts[i]) + 1);
+  snprintf(buf, n, "%s/gemm-tune-%016llx.txt", dir, h);
+  return 1;
+}
+
+static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *line) {
+  char *save = NULL, *kernel = strtok_r(line, " \t\n", &save);
+  const char *names[32];
+  size_t values[32], k = 0;
+  for (char *w; kernel && k < 32 && (w = strtok_r(NULL, " \t\n", &save));) {
+    char *eq = strchr(w, '=');
+    if (!eq) continue;
+    *eq = 0;
+    names[k] = w;
+    values[k++] = (size_t)strtoull(eq + 1, NULL, 10);
+  }
+  if (!kernel || !k) return;
+  CLBlastStatusCode st = CLBlastOverrideParameters(dev, kernel, CLBlastPrecisionSingle, k, names, values);
+  if (st != CLBlastSuccess) {
+    cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", kernel, (int)st);
+    return;
+  }
+  cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+  for (int i = 0; i < TUNED_DEVICES; i++)
+    if (tuned_devices[i] == dev || !tuned_devices[i]) {
+      tuned_devices[i] = dev;
+      break;
+    }
+  size_t len = strlen(slot->applied);
+  if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
+    snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
+  else snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s", len ? ", " : "", kernel);
+}
+
+/* The tuning file of this context's device when it should be read (CLFORMER_TUNE not off) and exists. */
+static int tune_file(const cf_context *ctx, char *path, size_t n) {
+  const char *off = getenv("CLFORMER_TUNE");
+  if ((off && (!strcmp(off, "off") || !strcmp(off, "0"))) || !cf_gemm_tune_path(ctx, path, n)) return 0;
+  FILE *f = fopen(path, "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* The slot for this context's device, loading its file on first use (tune_lock held). */
+static struct tune_slot *tune_get(cf_context *ctx, int reload) {
+  struct tune_slot *s = NULL;
+  for (int i = 0; i < TUNE_SLOTS && !s; i++)
+    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version))
+      s = &tune_slots[i];
+  if (s && !reload) return s;
+  if (!s) {
+    for (int i = 0; i < TUNE_SLOTS && !s; i++)
+      if (!tune_slots[i].device) s = &tune_slots[i];
+    if (!s) s = &tune_slots[0];
+  }
+  memset(s, 0, sizeof *s);
+  s->device = ctx->info.device;
+  snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
+  char path[4200];
+  if (!tune_file(ctx, path, sizeof path)) return s;
+  FILE *f = fopen(path, "r");
+  if (!f) return s;
+  s->loaded = 1;
+  char line[2048];
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "clblast ", 8)) apply_clblast_line(s, ctx->info.device, line + 8);
+    else if (!strncmp(line, "choice ", 7) && s->nchoices < TUNE_MAX_CHOICES) {
+      char op[3], impl[16];
+      tune_choice c;
+      if (sscanf(line + 7, "%2s %zu %zu %zu %zu %15s", op, &c.M, &c.N, &c.K, &c.batch, impl) != 6) continue;
+      c.ta = op[0] == 'T';
+      c.tb = op[1] == 'T';
+      c.impl = !strcmp(impl, "own") ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+      s->choices[s->nchoices++] = c;
+    }
+  }
+  fclose(f);
+  cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->nchoices);
+  return s;
+}
+
+/* Whether the file at path has a `clblast` line (parameters CLBlast may take). */
+static int has_clblast_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  char line[2048];
+  int found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) found = !strncmp(line, "clblast ", 8);
+  if (f) fclose(f);
+  return found;
+}
+
+int cf_gemm_tune_hold(cf_context *ctx) {
+  int held = 0;
+  char path[4200];
+  pthread_mutex_lock(&tune_lock);
+  int seen = 0;  /* read (or held) already, or CLBlast tuned for it before */
+  for (int i = 0; i < TUNE_SLOTS; i++)
+    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version)) seen = 1;
+  for (int i = 0; i < TUNED_DEVICES; i++)
+    if (tuned_devices[i] == ctx->info.device) seen = 1;
+  if (!seen && tune_file(ctx, path, sizeof path) && has_clblast_lines(path)) {
+    struct tune_slot *s = NULL;  /* an empty slot for the device: tune_get returns it unread */
+    for (int i = 0; i < TUNE_SLOTS && !s; i++)
+      if (!tune_slots[i].device) s = &tune_slots[i];
+    if (s) {
+      memset(s, 0, sizeof *s);
+      s->device = ctx->info.device;
+      snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
+      held = 1;
+    }
+  }
+  pthread_mutex_unlock(&tune_lock);
+  return held;
+}
+
+void cf_gemm_tune_reload(cf_context *ctx) {
+  pthread_mutex_lock(&tune_lock);
+  tune_get(ctx, 1);
+  pthread_mutex_unlock(&tune_lock);
+  /* CLBlast keys its compiled programs by their parameters, but drop the ones built before the
+   * new parameters anyway: a program it kept would run untuned without a word */
+  CLBlastStatusCode st = CLBlastClearCache();
+  if (st != CLBlastSuccess) cf_log(1, "note: CLBlastClearCache failed (CLBlast status %d)", (int)st);
+}
+
+int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n) {
+  pthread_mutex_lock(&tune_lock);
+  struct tune_slot *s = tune_get(ctx, 0);
+  int r = s->loaded && s->applied[0];
+  snprintf(buf, n, "%s", r ? s->applied : "");
+  pthread_mutex_unlock(&tune_lock);
+  return r;
+}
+
+/* The measured choice for this shape, or CF_GEMM_AUTO when there is none. */
+static cf_gemm_impl tune_choose(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t batch) {
+  cf_gemm_impl r = CF_GEMM_AUTO;
+  pthread_mutex_lock(&tune_lock);
+  struct tune_slot *s = tune_get(ctx, 0);
+  for (int i = 0; i < s->nchoices; i++) {
+    const tune_choice *c = &s->choices[i];
+    if (c->ta == ta && c->tb == tb && c->M == M && c->N == N && c->K == K && c->batch == batch) {
+      r = c->impl;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&tune_lock);
+  return r;
+}
+
+static void tune_ensure(cf_context *ctx) {
+  pthread_mutex_lock(&tune_lock);
+  tune_get(ctx, 0);
+  pthread_mutex_unlock(&tune_lock);
+}
+
+/* ---------- CLBlast ---------- */
+
+static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out);
+
+static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
+
+/* Row-major C = op(A) op(B) is passed to CLBlast as the column-major product C^T = op(B)^T op(A)^T
+ * (the same memory, operands swapped). CLBlast's indirect kernel wants C column-major: given a
+ * row-major C it transposes C into a temporary before the product (when beta != 0) and back after,
+ * two extra passes over C on every call, which this form avoids (measured: the TransposeMatrix pass
+ * was 5-15% of a tuned call at the model's shapes on PoCL). Both forms give the same result. */
+static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                              cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                              cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  tune_ensure(ctx);  /* tuned parameters are in place before CLBlast compiles its kernels */
+  if (batch == 1) {
+    /* The indirect kernel's padded/transposed operands: in our per-queue scratch rather than a
+     * buffer CLBlast creates and releases on every call. */
+    size_t temp = 0;
+    CF_CHECK(CLBlastSGemmTempBufferSize(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, B.off, ldb, A.off,
+                                        lda, C.off, ldc, &ctx->queue, &temp));
+    if (temp == 0)
+      CF_CHECK(CLBlastSgemm(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha, B.buf, B.off, ldb,
+                            A.buf, A.off, lda, beta, C.buf, C.off, ldc, &ctx->queue,
+                            cf_profile_slot(ctx, "clblast_sgemm")));
+    else {
+      cl_mem buf;
+      CF_TRY(scratch_get(ctx, temp, &buf));
+      CF_CHECK(CLBlastSgemmWithTempBuffer(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha, B.buf, B.off,
+                                          ldb, A.buf, A.off, lda, beta, C.buf, C.off, ldc, &ctx->queue,
+                                          cf_profile_slot(ctx, "clblast_sgemm"), buf));
+    }
+  } else
+    CF_CHECK(CLBlastSgemmStridedBatched(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, alpha,
+                                        B.buf, B.off, ldb, stride_b, A.buf, A.off, lda, stride_a, beta,
+                                        C.buf, C.off, ldc, stride_c, batch, &ctx->queue,
+                                        cf_profile_slot(ctx, "clblast_sgemm_batched")));
+  return CF_OK;
+}
+
+/* ---------- the packing scratch ---------- */
+
+/* The scratch for packed panels of op(B) and op(A) (when A is transposed), and for CLBlast's padded
+ * or transposed operands: one buffer per context, held in the context's extension slot. Kernels on
+ * its in-order queue run one after another, so every product can share it. Allocating per call
+ * instead costs a fresh mapping and its page faults on every product (about a millisecond for a
+ * 4 MiB panel set on PoCL, as long as a whole forward GEMM of the default model). */
+typedef struct gemm_scratch {
+  cl_mem buf;
+  size_t bytes;
+} gemm_scratch;
+static const char scratch_key;  /* its address names the slot */
+
+static void scratch_release(cf_context *ctx, void *state) {
+  gemm_scratch *s = state;
+  CF_RELEASE(clReleaseMemObject, s->buf);
+  s->buf = NULL;
+  s->bytes = 0;
+}
+
+static void scratch_free(cf_context *ctx, void *state) {
+  scratch_release(ctx, state);
+  free(state);
+}
+
+void cf_gemm_scratch_free(cf_context *ctx) {
+  gemm_scratch *s = ctx ? cf_context_ext(ctx, &scratch_key) : NULL;
+  if (s) scratch_release(ctx, s);
+}
+
+/* A buffer of at least `bytes` for this context. */
+static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
+  gemm_scratch *s = cf_context_ext(ctx, &scratch_key);
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s))) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+    cf_status st = cf_context_ext_set(ctx, &scratch_key, s, scratch_free);
+    if (st != CF_OK) {
+      free(s);
+      return st;
+    }
+  }
+  if (s->bytes < bytes) {
+    size_t grow = s->bytes + s->bytes / 2;  /* grow geometrically, in whole MiB */
+    size_t want = cf_round_up(bytes > grow ? bytes : grow, (size_t)1 << 20);
+    if (want > ctx->info.max_alloc) want = bytes;
+    scratch_release(ctx, s);  /* queued users keep the old buffer alive until they finish */
+    CF_TRY(cf_buffer_create(ctx, want, &s->buf));
+    s->bytes = want;
+  }
+  *out = s->buf;
+  return CF_OK;
+}
+
+/* ---------- our kernels ---------- */
+
+#define OWN_MR 6  /* GEMM_MR, GEMM_NR in cl/gemm.cl */
+#define OWN_NR 64
+#define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
+#define OWN_SLICE_MIN_K 768  /* where B is read in place, a longer K runs in slices (own_gemm) */
+#define OWN_SLICE_K 512      /* of about this K */
+
+static int fits32(size_t v) { return v <= UINT32_MAX; }
+
+/* Row tiles whose rows of A (K floats each) fill OWN_GROUP_BYTES: gemm_at's tile group, a strip's part. */
+static size_t group_tiles(size_t K) {
+  size_t g = OWN_GROUP_BYTES / (OWN_MR * sizeof(float) * (K ? K : 1));
+  return g ? g : 1;
+}
+
+/* Whether our kernels can index this product (32-bit sizes, strides, offsets, packed panels). */
+static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A, size_t lda, size_t stride_a,
+                    cf_mem B, size_t ldb, size_t stride_b, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (!(fits32(M) && fits32(N) && fits32(K) && fits32(lda) && fits32(ldb) && fits32(ldc) && fits32(stride_a) &&
+        fits32(stride_b) && fits32(stride_c) && fits32(batch) && fits32(A.off) && fits32(B.off) && fits32(C.off)))
+    return 0;
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR, k = K ? K : 1;
+  if (tiles > UINT32_MAX / panels) return 0;
+  /* gemm_at's packed panels: per matrix, and the whole scratch (B's, then A's) indexed from its start
+   * (the strip kernels index their per-item copies in size_t) */
+  double per_b = (trans_b || N % OWN_NR) ? (double)panels * OWN_NR * k : 0;
+  double per_a = trans_a ? (double)tiles * OWN_MR * k : 0;
+  return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
+}
+
+/* Column strips (gemm_an_strips, gemm_at_strips): how many parts each of the `items` column panels
+ * is split into. With B read in place, into parts of as many rows as one tile group for a slice of
+ * kc (items side by side then share those rows of A in cache); with op(B) packed (each part packs
+ * its own copy) only until there are at least two items per compute unit and, while there are
+ * fewer than eight per unit, a multiple of their count, so the units finish together. Never more
+ * parts than row tiles or 64, and one part when the packed copies would not fit in one buffer. */
+static size_t strip_parts(const cf_context *ctx, size_t items, size_t tiles, size_t K, size_t kc, int packed_b) {
+  size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, parts = 1;
+  if (!packed_b) parts = (tiles + group_tiles(kc) - 1) / group_tiles(kc);
+  while (parts < tiles && parts < 64 &&
+         (items * parts < 2 * cus || (items * parts < 8 * cus && (items * parts) % cus)))
+    parts++;
+  if (parts > 64) parts = 64;
+  if (packed_b && items * parts * OWN_NR * K * sizeof(float) > ctx->info.max_alloc) parts = 1;
+  return parts;
+}
+
+/* op(A) = A: gemm_an_strips, op(B) read in place or packed by each item. */
+static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, size_t kc,
+                                    float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                                    size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
+                                    size_t panels, size_t tiles, int packed_b) {
+  size_t items = panels * batch, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
+  cl_mem buf = NULL;
+  if (packed_b) CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "gemm", "gemm_an_strips");
+  cf_arg_mem(&L, C);
+  cf_arg_mem(&L, A);
+  cf_arg_mem(&L, B);
+  cf_arg_buf(&L, buf ? buf : C.buf);  /* S: unread when B is read in place */
+  CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c);
+  cf_arg_int(&L, trans_b);
+  cf_arg_uint(&L, (unsigned)parts);
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)kc);
+  size_t global[2] = {panels * parts, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
+}
+
+/* op(A) = A^T, B read in place: gemm_at_strips (A^T in place) or gemm_at_rows (each item packs its
+ * rows of A^T into S: `per` row tiles, 8 letting gemm_pack_at8 pack them at once, for a group of
+ * the column panels). While the items would not give every compute unit two, the columns are
+ * split into more groups (up to one panel each), then the row parts made smaller. */
+static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M, size_t N, size_t K, size_t kc,
+                                        float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                                        size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
+                                        size_t batch, size_t panels, size_t tiles) {
+  cf_launch L;
+  size_t global[2] = {0, batch}, local[2] = {1, 1};
+  if (a_inplace) {
+    size_t parts = strip_parts(ctx, panels * batch, tiles, K, kc, 0);
+    cf_launch_begin(&L, ctx, "gemm", "gemm_at_strips");
+    cf_arg_mem(&L, C);
+    cf_arg_mem(&L, A);
+    cf_arg_mem(&L, B);
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, parts);
+    global[0] = panels * parts;
+  } else {
+    size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8, groups = 1;
+    while ((tiles + per - 1) / per * groups * batch < 2 * cus) {
+      if (groups < panels) groups++;
+      else if (per > 1) per--;
+      else break;
+    }
+    size_t parts = (tiles + per - 1) / per;
+    cl_mem S;
+    CF_TRY(scratch_get(ctx, batch * groups * parts * per * OWN_MR * K * sizeof(float), &S));
+    cf_launch_begin(&L, ctx, "gemm", "gemm_at_rows");
+    cf_arg_mem(&L, C);
+    cf_arg_mem(&L, A);
+    cf_arg_mem(&L, B);
+    cf_arg_buf(&L, S);
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, per, groups);
+    global[0] = parts * groups;
+  }
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)kc);
+  return cf_launch_run(&L, 2, global, local);
+}
+
+static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
+                   "indexing of the own kernels", M, N, K, batch);
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
+  /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
+   * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
+   * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
+   * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
+   * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
+  size_t slices = K > OWN_SLICE_MIN_K ? (K + OWN_SLICE_K - 1) / OWN_SLICE_K : 1, kc = (K + slices - 1) / slices;
+  int packed_b = trans_b || N % OWN_NR;
+  if (!trans_a && K > 0)
+    return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
+                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b);
+  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
+   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
+   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
+   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
+   * packed is faster. */
+  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
+  if (trans_a && K > 0 && !packed_b)
+    return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                                  ldc, stride_c, batch, panels, tiles);
+  /* gemm_at: op(A) = A^T with op(B) packed by gemm_pack_b, or K = 0 (C = beta C, A and B unread) */
+  int pack_b = packed_b && K > 0, pack_a = trans_a && K > 0 && !a_inplace;
+  size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
+  cl_mem buf = NULL;
+  if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
+  cf_mem Ap = A, Bp = B;
+  size_t lda_k = lda, sap = stride_a, b_ld = ldb, b_panel = OWN_NR, sbp = stride_b;
+  if (pack_b) {  /* op(B) as zero-padded K x 64 panels (only for gemm_at: gemm_an_strips packs its own) */
+    Bp = cf_at(buf, 0);
+    b_ld = OWN_NR;
+    b_panel = OWN_NR * K;
+    sbp = per_b;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_pack_b");
+    cf_arg_mem(&L, Bp);
+    cf_arg_mem(&L, B);
+    cf_arg_int(&L, trans_b);
+    CF_ARG_UINTS(&L, K, N, ldb, stride_b, per_b);
+    size_t global[3] = {(K + 15) / 16, panels, batch}, local[3] = {1, 1, 1};
+    CF_TRY(cf_launch_run(&L, 3, global, local));
+  }
+  if (pack_a) {  /* op(A) = A^T as zero-padded K x 6 panels (lda 6 tells gemm_at) */
+    Ap = cf_at(buf, per_b * batch);
+    lda_k = OWN_MR;
+    sap = per_a;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "gemm", "gemm_pack_at");
+    cf_arg_mem(&L, Ap);
+    cf_arg_mem(&L, A);
+    CF_ARG_UINTS(&L, K, M, lda, stride_a, per_a);
+    size_t global[3] = {(K + 63) / 64, (tiles + 7) / 8, batch}, local[3] = {1, 1, 1};
+    CF_TRY(cf_launch_run(&L, 3, global, local));
+  }
+  size_t group = group_tiles(K);
+  if (group > tiles) group = tiles;
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "gemm", "gemm_at");
+  cf_arg_mem(&L, C);
+  cf_arg_mem(&L, Ap);
+  cf_arg_mem(&L, Bp);
+  CF_ARG_UINTS(&L, M, N, K, lda_k, ldc, b_ld, b_panel, sap, sbp, stride_c);
+  cf_arg_float(&L, alpha);
+  cf_arg_float(&L, beta);
+  cf_arg_uint(&L, (unsigned)group);
+  size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
+  return cf_launch_run(&L, 2, global, local);
+}
+
+/* ---------- entry points ---------- */
+
+static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                          float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
+                          float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return CF_OK;
+  size_t acols = trans_a ? M : K, bcols = trans_b ? K : N;
+  if (lda < (acols ? acols : 1) || ldb < (bcols ? bcols : 1) || ldc < N)
+    return CF_FAIL(CF_ERR_INVALID_ARG,
+                   "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
+                   trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
+  cf_gemm_impl use = CF_GEMM_AUTO;
+  if (impl == CF_GEMM_AUTO) {  /* $CLFORMER_GEMM first, then the measured choice, then the device's default */
+    const char *env = getenv("CLFORMER_GEMM");
+    if (!env || !*env || !strcmp(env, "auto")) use = tune_choose(ctx, trans_a, trans_b, M, N, K, batch);
+  }
+  if (use == CF_GEMM_AUTO) CF_TRY(cf_gemm_resolve(ctx, impl, &use));
+  if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
+      !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    use = CF_GEMM_CLBLAST;
+  if (K == 0 && own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+    use = CF_GEMM_OWN;  /* C = beta C: CLBlast refuses K = 0 (CLBlastInvalidDimension) */
+  if (use == CF_GEMM_OWN)
+    return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                    batch);
+  return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                      batch);
+}
+
+cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                       float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
+                               size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                               size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                  stride_c, batch);
+}
+
+cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
+                  size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
+  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                  stride_c, batch);
+}

@@ -1,0 +1,598 @@
+/* The Transformer LM: parameter layout and initialisation, forward and backward passes, the
+ * optimizer step. Norm placement (Pre-LN or Post-LN) lives in block_forward/block_backward only,
+ * as two readable call sequences with backward their exact mirror; the kernels know nothing of it.
+ *
+ * Linear layers store W as (out, in), as PyTorch does: y = x W^T + b. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "clformer/attention.h"
+#include "clformer/buffer.h"
+#include "clformer/crossentropy.h"
+#include "clformer/elementwise.h"
+#include "clformer/embedding.h"
+#include "clformer/gemm.h"
+#include "clformer/layernorm.h"
+#include "clformer/model.h"
+#include "clformer/optimizer.h"
+#include "clformer/philox.h"
+#include "runtime/runtime.h"
+
+typedef struct layer_params {  /* offsets into the flat parameter buffer */
+  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} layer_params;
+
+/* Activations saved for backward, per layer. Pre-LN: norm1 = LN1(x), res1 = x + attn,
+ * norm2 = LN2(res1), res2 = res1 + ffn (the output). Post-LN: res1 = x + attn, norm1 = LN1(res1),
+ * res2 = norm1 + ffn, norm2 = LN2(res2) (the output). */
+typedef struct layer_acts {
+  size_t norm1, mean1, rstd1, res1, norm2, mean2, rstd2, res2;
+  size_t qkv, qkvp, att, atty, h, a;
+} layer_acts;
+
+enum { DROP_EMB = 0, DROP_ATT_PROBS, DROP_ATT_OUT, DROP_FFN_ACT, DROP_FFN_OUT };
+
+struct cf_model {
+  cf_context *ctx;
+  cf_config cfg;
+  int B, T, C, NH, F, L, V;
+  cf_activation act;
+  cf_tensor_view *views;
+  int nviews, cap_views;
+  size_t nparams;
+  cl_mem params, grads, m1, m2;  /* m1/m2: Adam's moments (m1 is SGD's momentum) */
+  layer_params *lp;
+  size_t wte, wpe, lnf_w, lnf_b, out_w;  /* wpe/lnf unused (SIZE_MAX) when absent; out_w == wte when tied */
+  cl_mem acts;
+  layer_acts *la;
+  size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, dlogits, losses, loss, grad_norm;
+  cl_mem tokens, targets;  /* int (B, T) */
+  /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
+   * per step) and a slot is reused only after its previous write has completed. */
+  struct staging { int *host[2]; cl_event ev[2]; int next; } stage_tokens, stage_targets;
+  cl_mem scratch;
+  size_t s_attn, s_branch, s_stream, s_res, s_wide, s_dqkv, s_norm;
+  size_t bytes;
+  int count;               /* targets that count for the loss in the last forward */
+  uint32_t step;           /* dropout key of the last forward */
+  int train;
+};
+
+/* ---------- layout ---------- */
+
+static size_t add_view(cf_model *m, const char *name, int rows, int cols, int kind) {
+  if (m->nviews == m->cap_views) {
+    m->cap_views = m->cap_views ? 2 * m->cap_views : 64;
+    m->views = realloc(m->views, (size_t)m->cap_views * sizeof *m->views);
+    if (!m->views) return SIZE_MAX;
+  }
+  cf_tensor_view *v = &m->views[m->nviews++];
+  memset(v, 0, sizeof *v);
+  snprintf(v->name, sizeof v->name, "%s", name);
+  v->off = m->nparams;
+  v->ndim = cols > 0 ? 2 : 1;
+  v->shape[0] = rows;
+  v->shape[1] = cols > 0 ? cols : 0;
+  v->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+  v->kind = kind;
+  /* keep every tensor 16-float aligned: vector loads and cache lines stay whole */
+  m->nparams += cf_round_up(v->numel, 16);
+  return v->off;
+}
+
+static void layout_params(cf_model *m) {
+  char n[64];
+  int C = m->C, F = m->F, V = m->V;
+  m->wte = add_view(m, "wte", V, C, CF_INIT_XAVIER);
+  m->wpe = m->cfg.model.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_XAVIER) : SIZE_MAX;
+  for (int l = 0; l < m->L; l++) {
+    layer_params *p = &m->lp[l];
+#define V2(field, suffix, r, c, kind) (snprintf(n, sizeof n, "layers.%d.%s", l, suffix), p->field = add_view(m, n, r, c, kind))
+    V2(ln1_w, "ln1.weight", C, 0, CF_INIT_ONE);
+    V2(ln1_b, "ln1.bias", C, 0, CF_INIT_ZERO);
+    V2(qkv_w, "attn.qkv.weight", 3 * C, C, CF_INIT_XAVIER);
+    V2(qkv_b, "attn.qkv.bias", 3 * C, 0, CF_INIT_ZERO);
+    V2(proj_w, "attn.proj.weight", C, C, CF_INIT_XAVIER);
+    V2(proj_b, "attn.proj.bias", C, 0, CF_INIT_ZERO);
+    V2(ln2_w, "ln2.weight", C, 0, CF_INIT_ONE);
+    V2(ln2_b, "ln2.bias", C, 0, CF_INIT_ZERO);
+    V2(fc1_w, "ffn.fc1.weight", F, C, CF_INIT_XAVIER);
+    V2(fc1_b, "ffn.fc1.bias", F, 0, CF_INIT_ZERO);
+    V2(fc2_w, "ffn.fc2.weight", C, F, CF_INIT_XAVIER);
+    V2(fc2_b, "ffn.fc2.bias", C, 0, CF_INIT_ZERO);
+#undef V2
+  }
+  if (m->cfg.model.final_norm == CF_FINAL_NORM_ON) {
+    m->lnf_w = add_view(m, "lnf.weight", C, 0, CF_INIT_ONE);
+    m->lnf_b = add_view(m, "lnf.bias", C, 0, CF_INIT_ZERO);
+  } else m->lnf_w = m->lnf_b = SIZE_MAX;
+  m->out_w = m->cfg.model.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_XAVIER);
+}
+
+static size_t take(size_t *total, size_t n) {
+  size_t off = *total;
+  *total += cf_round_up(n ? n : 1, 16);
+  return off;
+}
+
+static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
+  size_t N = (size_t)m->B * m->T, C = (size_t)m->C, F = (size_t)m->F;
+  size_t att = (size_t)m->B * m->NH * m->T * m->T;
+  *acts = 0;
+  m->emb = take(acts, N * C);
+  for (int l = 0; l < m->L; l++) {
+    layer_acts *a = &m->la[l];
+    a->norm1 = take(acts, N * C);
+    a->mean1 = take(acts, N);
+    a->rstd1 = take(acts, N);
+    a->res1 = take(acts, N * C);
+    a->norm2 = take(acts, N * C);
+    a->mean2 = take(acts, N);
+    a->rstd2 = take(acts, N);
+    a->res2 = take(acts, N * C);
+    a->qkv = take(acts, N * 3 * C);
+    a->qkvp = take(acts, N * 3 * C);
+    a->att = take(acts, att);
+    a->atty = take(acts, N * C);
+    a->h = take(acts, N * F);
+    a->a = take(acts, N * F);
+  }
+  m->lnf_out = take(acts, N * C);
+  m->lnf_mean = take(acts, N);
+  m->lnf_rstd = take(acts, N);
+  m->logits = take(acts, N * (size_t)m->V);
+  m->dlogits = take(acts, N * (size_t)m->V);
+  m->losses = take(acts, N);
+  m->loss = take(acts, 1);
+  m->grad_norm = take(acts, 1);
+  *scratch = 0;
+  m->s_attn = take(scratch, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->cfg.model.attn_dropout > 0));
+  m->s_branch = take(scratch, N * C);
+  m->s_stream = take(scratch, N * C);
+  m->s_res = take(scratch, N * C);
+  m->s_wide = take(scratch, N * F);
+  m->s_dqkv = take(scratch, N * 3 * C);
+  m->s_norm = take(scratch, cf_norm_scratch_floats(m->nparams));
+}
+
+cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, cf_model **out) {
+  *out = NULL;
+  if (B < 1 || T < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "batch %d x %d tokens: both must be positive", B, T);
+  if (cfg->model.final_norm == CF_FINAL_NORM_AUTO) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
+  cf_model *m = calloc(1, sizeof *m);
+  if (!m) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  m->ctx = ctx;
+  m->cfg = *cfg;
+  m->B = B;
+  m->T = T;
+  m->C = cfg->model.d_model;
+  m->NH = cfg->model.heads;
+  m->F = cfg->model.d_ff;
+  m->L = cfg->model.layers;
+  m->V = 256;
+  m->act = cfg->model.activation == 0 ? CF_ACT_RELU : cfg->model.activation == 1 ? CF_ACT_GELU_TANH : CF_ACT_GELU_ERF;
+  m->lp = calloc((size_t)m->L, sizeof *m->lp);
+  m->la = calloc((size_t)m->L, sizeof *m->la);
+  cf_status st = CF_OK;
+  if (!m->lp || !m->la) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
+  layout_params(m);
+  if (!m->views) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
+  size_t acts, scratch;
+  layout_acts(m, &acts, &scratch);
+  size_t P = m->nparams, N = (size_t)B * T;
+  int sgd_plain = cfg->optim.name == CF_OPTIM_SGD && cfg->optim.momentum == 0;
+  int adam = cfg->optim.name != CF_OPTIM_SGD;
+  if ((st = cf_buffer_create(ctx, P * 4, &m->params)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, P * 4, &m->grads)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, (sgd_plain ? 1 : P) * 4, &m->m1)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, (adam ? P : 1) * 4, &m->m2)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, acts * 4, &m->acts)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, scratch * 4, &m->scratch)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, N * 4, &m->tokens)) != CF_OK) goto fail;
+  if ((st = cf_buffer_create(ctx, N * 4, &m->targets)) != CF_OK) goto fail;
+  m->bytes = 4 * (P * 2 + (sgd_plain ? 1 : P) + (adam ? P : 1) + acts + scratch + 2 * N);
+  *out = m;
+  return CF_OK;
+fail:
+  cf_model_free(m);
+  return st;
+}
+
+void cf_model_free(cf_model *m) {
+  if (!m) return;
+  cf_buffer_free(m->params);
+  cf_buffer_free(m->grads);
+  cf_buffer_free(m->m1);
+  cf_buffer_free(m->m2);
+  cf_buffer_free(m->acts);
+  cf_buffer_free(m->scratch);
+  cf_buffer_free(m->tokens);
+  cf_buffer_free(m->targets);
+  struct staging *stages[] = {&m->stage_tokens, &m->stage_targets};
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 2; k++) {
+      if (stages[i]->ev[k]) { clWaitForEvents(1, &stages[i]->ev[k]); CF_RELEASE(clReleaseEvent, stages[i]->ev[k]); }
+      free(stages[i]->host[k]);
+    }
+  free(m->views);
+  free(m->lp);
+  free(m->la);
+  free(m);
+}
+
+int cf_model_num_views(const cf_model *m) { return m->nviews; }
+const cf_tensor_view *cf_model_view(const cf_model *m, int i) { return &m->views[i]; }
+const cf_tensor_view *cf_model_find_view(const cf_model *m, const char *name) {
+  for (int i = 0; i < m->nviews; i++)
+    if (!strcmp(m->views[i].name, name)) return &m->views[i];
+  return NULL;
+}
+size_t cf_model_num_params(const cf_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->nviews; i++) n += m->views[i].numel;
+  return n;
+}
+size_t cf_model_device_bytes(const cf_model *m) { return m->bytes; }
+size_t cf_model_flat_floats(const cf_model *m) { return m->nparams; }
+int cf_model_batch(const cf_model *m) { return m->B; }
+int cf_model_seq_len(const cf_model *m) { return m->T; }
+
+/* ---------- initialisation ---------- */
+
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+cf_status cf_model_init(cf_model *m, uint64_t seed) {
+  float *host = calloc(m->nparams ? m->nparams : 1, sizeof *host);
+  if (!host) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < m->nviews; i++) {
+    const cf_tensor_view *v = &m->views[i];
+    float *w = host + v->off;
+    if (v->kind == CF_INIT_ONE) for (size_t k = 0; k < v->numel; k++) w[k] = 1.0f;
+    if (v->kind != CF_INIT_XAVIER) continue;
+    /* the fused qkv weight is three C x C matrices, each Xavier on its own */
+    int rows = v->shape[0], cols = v->shape[1];
+    if (strstr(v->name, "attn.qkv.weight")) rows /= 3;
+    double bound = sqrt(6.0 / (rows + cols));
+    uint32_t id = name_hash(v->name);
+    for (size_t k = 0; k < v->numel; k++)
+      w[k] = (float)((2.0 * cf_random_uniform((uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x1417u, id, (uint32_t)k) - 1.0) * bound);
+  }
+  cf_status st = cf_write(m->ctx, cf_at(m->params, 0), host, m->nparams);
+  free(host);
+  CF_TRY(st);
+  size_t n1 = m->cfg.optim.name == CF_OPTIM_SGD && m->cfg.optim.momentum == 0 ? 1 : m->nparams;
+  CF_TRY(cf_fill(m->ctx, cf_at(m->m1, 0), 0.0f, n1));
+  if (m->cfg.optim.name != CF_OPTIM_SGD) CF_TRY(cf_fill(m->ctx, cf_at(m->m2, 0), 0.0f, m->nparams));
+  return CF_OK;
+}
+
+/* ---------- building blocks ---------- */
+
+#define P(off) cf_at(m->params, (off))
+#define G(off) cf_at(m->grads, (off))
+#define A(off) cf_at(m->acts, (off))
+#define S(off) cf_at(m->scratch, (off))
+
+/* y (N, out) = x (N, in) W^T + b */
+static cf_status linear_forward(cf_model *m, cf_mem y, cf_mem x, size_t w, size_t b, int in, int out) {
+  int N = m->B * m->T;
+  CF_TRY(cf_gemm(m->ctx, 0, 1, (size_t)N, (size_t)out, (size_t)in, 1.0f, x, (size_t)in, P(w), (size_t)in, 0.0f, y, (size_t)out));
+  return b == SIZE_MAX ? CF_OK : cf_bias_forward(m->ctx, y, P(b), N, out);
+}
+
+/* dW += dy^T x, db += colsum(dy), dx = dy W (+ dx when accumulate) */
+static cf_status linear_backward(cf_model *m, cf_mem dx, size_t w, size_t b, cf_mem dy, cf_mem x, int in, int out,
+                                 int accumulate) {
+  size_t N = (size_t)m->B * m->T;
+  CF_TRY(cf_gemm(m->ctx, 1, 0, (size_t)out, (size_t)in, N, 1.0f, dy, (size_t)out, x, (size_t)in, 1.0f, G(w), (size_t)in));
+  if (b != SIZE_MAX) CF_TRY(cf_bias_backward(m->ctx, G(b), dy, (int)N, out));
+  if (dx.buf == NULL) return CF_OK;
+  return cf_gemm(m->ctx, 0, 0, N, (size_t)in, (size_t)out, 1.0f, dy, (size_t)out, P(w), (size_t)in,
+                 accumulate ? 1.0f : 0.0f, dx, (size_t)in);
+}
+
+static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p) {
+  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->cfg.seed, m->step, (uint32_t)(layer + 1) * 8u + (uint32_t)which};
+  return d;
+}
+
+static cf_attn_dropout attn_key(const cf_model *m, int layer) {
+  cf_dropout d = dropout_key(m, layer, DROP_ATT_PROBS, m->cfg.model.attn_dropout);
+  cf_attn_dropout a = {d.p, d.seed, d.step, d.tensor_id};
+  return a;
+}
+
+static cf_mem no_mask(void) { return cf_at(NULL, 0); }
+
+/* The block input of layer l: the embedding for layer 0, else the previous block's output. */
+static cf_mem block_input(const cf_model *m, int l) {
+  if (l == 0) return A(m->emb);
+  return A(m->cfg.model.norm == CF_NORM_PRE ? m->la[l - 1].res2 : m->la[l - 1].norm2);
+}
+static cf_mem model_output(const cf_model *m) { return block_input(m, m->L); }
+
+/* A LayerNorm: its parameters (offsets in params and grads) and its output and statistics (acts). */
+typedef struct norm_at {
+  size_t w, b, out, mean, rstd;
+} norm_at;
+
+static norm_at ln1_at(const cf_model *m, int l) {
+  norm_at n = {m->lp[l].ln1_w, m->lp[l].ln1_b, m->la[l].norm1, m->la[l].mean1, m->la[l].rstd1};
+  return n;
+}
+static norm_at ln2_at(const cf_model *m, int l) {
+  norm_at n = {m->lp[l].ln2_w, m->lp[l].ln2_b, m->la[l].norm2, m->la[l].mean2, m->la[l].rstd2};
+  return n;
+}
+
+/* Pre-LN: the LayerNorm that reads block l's output (LN1 of block l + 1, or the final one), which
+ * block l computes fused with its last residual add; 0 when there is none. */
+static int next_norm(const cf_model *m, int l, norm_at *n) {
+  if (l + 1 < m->L) { *n = ln1_at(m, l + 1); return 1; }
+  if (m->lnf_w == SIZE_MAX) return 0;
+  norm_at f = {m->lnf_w, m->lnf_b, m->lnf_out, m->lnf_mean, m->lnf_rstd};
+  *n = f;
+  return 1;
+}
+
+/* Whether the last block computes the final LayerNorm (Pre-LN: see next_norm). */
+static int final_norm_in_block(const cf_model *m) { return m->cfg.model.norm == CF_NORM_PRE && m->L > 0; }
+
+/* ---------- the block: Pre-LN and Post-LN ---------- */
+
+static cf_status attention_forward(cf_model *m, int l, cf_mem inp) {
+  layer_params *p = &m->lp[l];
+  layer_acts *a = &m->la[l];
+  int C = m->C;
+  CF_TRY(linear_forward(m, A(a->qkv), inp, p->qkv_w, p->qkv_b, C, 3 * C));
+  CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), no_mask(), m->B,
+                              m->T, C, m->NH, attn_key(m, l)));
+  return linear_forward(m, S(m->s_branch), A(a->atty), p->proj_w, p->proj_b, C, C);
+}
+
+static cf_status ffn_forward(cf_model *m, int l, cf_mem inp) {
+  layer_params *p = &m->lp[l];
+  layer_acts *a = &m->la[l];
+  int N = m->B * m->T, C = m->C, F = m->F;
+  CF_TRY(linear_forward(m, A(a->h), inp, p->fc1_w, SIZE_MAX, C, F));
+  CF_TRY(cf_bias_act_forward(m->ctx, A(a->a), A(a->h), P(p->fc1_b), N, F, m->act));
+  CF_TRY(cf_dropout_forward(m->ctx, A(a->a), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->cfg.model.dropout)));
+  return linear_forward(m, S(m->s_branch), A(a->a), p->fc2_w, p->fc2_b, F, C);
+}
+
+/* res = x + dropout(branch in s_branch), then the LayerNorm n of res: one kernel. */
+static cf_status residual_norm_forward(cf_model *m, size_t res, cf_mem x, norm_at n, cf_dropout d) {
+  return cf_residual_dropout_layernorm_forward(m->ctx, A(n.out), A(n.mean), A(n.rstd), A(res), x, S(m->s_branch),
+                                               P(n.w), P(n.b), m->B * m->T, m->C, (float)m->cfg.model.ln_eps, d);
+}
+
+static cf_status block_forward(cf_model *m, int l) {
+  layer_acts *a = &m->la[l];
+  double pd = m->cfg.model.dropout;
+  cf_mem x = block_input(m, l);
+  if (m->cfg.model.norm == CF_NORM_PRE) {
+    /* x1 = x + Attn(LN1(x)); x2 = x1 + FFN(LN2(x1)). Each residual add runs fused with the
+     * LayerNorm of its sum: LN2, then the next block's LN1 (or the final LayerNorm), so LN1(x)
+     * is computed here only for the embedding. */
+    norm_at ln1 = ln1_at(m, l), next;
+    if (l == 0)
+      CF_TRY(cf_layernorm_forward(m->ctx, A(ln1.out), A(ln1.mean), A(ln1.rstd), x, P(ln1.w), P(ln1.b), m->B * m->T,
+                                  m->C, (float)m->cfg.model.ln_eps));
+    CF_TRY(attention_forward(m, l, A(a->norm1)));
+    CF_TRY(residual_norm_forward(m, a->res1, x, ln2_at(m, l), dropout_key(m, l, DROP_ATT_OUT, pd)));
+    CF_TRY(ffn_forward(m, l, A(a->norm2)));
+    cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd);
+    if (next_norm(m, l, &next)) return residual_norm_forward(m, a->res2, A(a->res1), next, d_ffn);
+    return cf_residual_dropout_forward(m->ctx, A(a->res2), A(a->res1), S(m->s_branch), (size_t)m->B * m->T * m->C, d_ffn);
+  }
+  /* x1 = LN1(x + Attn(x)); x2 = LN2(x1 + FFN(x1)) */
+  CF_TRY(attention_forward(m, l, x));
+  CF_TRY(residual_norm_forward(m, a->res1, x, ln1_at(m, l), dropout_key(m, l, DROP_ATT_OUT, pd)));
+  CF_TRY(ffn_forward(m, l, A(a->norm1)));
+  return residual_norm_forward(m, a->res2, A(a->norm1), ln2_at(m, l), dropout_key(m, l, DROP_FFN_OUT, pd));
+}
+
+/* The gradient of a residual branch's output: dropout's backward of dres, into s_branch, or
+ * dres itself when there is no dropout (no copy). */
+static cf_status branch_grad(cf_model *m, cf_mem dres, cf_dropout d, cf_mem *dbranch) {
+  if (d.p == 0.0f) { *dbranch = dres; return CF_OK; }
+  *dbranch = S(m->s_branch);
+  return cf_residual_dropout_backward(m->ctx, *dbranch, dres, (size_t)m->B * m->T * m->C, d);
+}
+
+/* The backward of residual_norm_forward: dres = (accumulate: +=) the LayerNorm's input gradient
+ * from dnorm, and *dbranch = dropout's backward of dres (s_branch, or dres itself without
+ * dropout), in one kernel. */
+static cf_status residual_norm_backward(cf_model *m, cf_mem dres, cf_mem dnorm, size_t res, norm_at n, int accumulate,
+                                        cf_dropout d, cf_mem *dbranch) {
+  *dbranch = d.p == 0.0f ? dres : S(m->s_branch);
+  return cf_residual_dropout_layernorm_backward(m->ctx, dres, *dbranch, G(n.w), G(n.b), dnorm, A(res), P(n.w),
+                                                A(n.mean), A(n.rstd), m->B * m->T, m->C, accumulate, d);
+}
+
+/* dffn_out -> grads of the FFN; d(input) written (or added, accumulate) into dinp */
+static cf_status ffn_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout, cf_mem inp, int accumulate) {
+  layer_params *p = &m->lp[l];
+  layer_acts *a = &m->la[l];
+  int N = m->B * m->T, C = m->C, F = m->F;
+  CF_TRY(linear_backward(m, S(m->s_wide), p->fc2_w, p->fc2_b, dout, A(a->a), F, C, 0));
+  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_wide), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->cfg.model.dropout)));
+  CF_TRY(cf_bias_act_backward(m->ctx, S(m->s_wide), G(p->fc1_b), S(m->s_wide), A(a->h), N, F, m->act));
+  return linear_backward(m, dinp, p->fc1_w, SIZE_MAX, S(m->s_wide), inp, C, F, accumulate);
+}
+
+static cf_status attention_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout, cf_mem inp, int accumulate) {
+  layer_params *p = &m->lp[l];
+  layer_acts *a = &m->la[l];
+  int C = m->C;
+  CF_TRY(linear_backward(m, S(m->s_res), p->proj_w, p->proj_b, dout, A(a->atty), C, C, 0));
+  CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_res), A(a->qkvp), A(a->att), no_mask(), m->B,
+                               m->T, C, m->NH, attn_key(m, l)));
+  return linear_backward(m, dinp, p->qkv_w, p->qkv_b, S(m->s_dqkv), inp, C, 3 * C, accumulate);
+}
+
+/* s_stream holds d(block output) on entry and d(block input) on return. Pre-LN mirrors the
+ * forward's fusion: s_res holds on entry the gradient of the output of next_norm (and s_stream
+ * nothing yet for the last block), and on return, for l > 0, that of LN1(x), whose backward the
+ * block before runs fused with its last residual's. */
+static cf_status block_backward(cf_model *m, int l) {
+  layer_acts *a = &m->la[l];
+  double pd = m->cfg.model.dropout;
+  cf_mem dx = S(m->s_stream), dres = S(m->s_res), dbranch, x = block_input(m, l);
+  if (m->cfg.model.norm == CF_NORM_PRE) {
+    /* x2 = x1 + FFN(LN2(x1)), read by the next LayerNorm: dx2 (+)= LNnext'(dres);
+     * dx1 = dx2 + LN2'(FFN'(dx2)) */
+    norm_at ln1 = ln1_at(m, l), next;
+    cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd), d_att = dropout_key(m, l, DROP_ATT_OUT, pd);
+    if (next_norm(m, l, &next)) CF_TRY(residual_norm_backward(m, dx, dres, a->res2, next, l + 1 < m->L, d_ffn, &dbranch));
+    else CF_TRY(branch_grad(m, dx, d_ffn, &dbranch));
+    CF_TRY(ffn_backward(m, l, dres, dbranch, A(a->norm2), 0));
+    /* x1 = x + Attn(LN1(x)): dx1 += LN2'(dres); dx = dx1 + LN1'(Attn'(dx1)) */
+    CF_TRY(residual_norm_backward(m, dx, dres, a->res1, ln2_at(m, l), 1, d_att, &dbranch));
+    CF_TRY(attention_backward(m, l, dres, dbranch, A(a->norm1), 0));
+    if (l > 0) return CF_OK;
+    return cf_layernorm_backward(m->ctx, dx, G(ln1.w), G(ln1.b), dres, x, P(ln1.w), A(ln1.mean), A(ln1.rstd),
+                                 m->B * m->T, m->C, 1);
+  }
+  cf_dropout d_ffn = dropout_key(m, l, DROP_FFN_OUT, pd), d_att = dropout_key(m, l, DROP_ATT_OUT, pd);
+  /* x2 = LN2(r2), r2 = x1 + FFN(x1): dr2 = LN2'(dx2); dx1 = dr2 + FFN'(dr2) */
+  CF_TRY(residual_norm_backward(m, dres, dx, a->res2, ln2_at(m, l), 0, d_ffn, &dbranch));
+  CF_TRY(ffn_backward(m, l, dres, dbranch, A(a->norm1), 1));
+  /* x1 = LN1(r1), r1 = x + Attn(x): dr1 = LN1'(dx1); dx = dr1 + Attn'(dr1) */
+  CF_TRY(residual_norm_backward(m, dx, dres, a->res1, ln1_at(m, l), 0, d_att, &dbranch));
+  return attention_backward(m, l, dx, dbranch, x, 1);
+}
+
+/* ---------- the model ---------- */
+
+/* Upload n ints without waiting for the queue to drain. */
+static cf_status stage_write(cf_model *m, struct staging *s, cl_mem dst, const int *src, size_t n) {
+  int k = s->next;
+  s->next ^= 1;
+  if (s->ev[k]) {
+    CF_CHECK(clWaitForEvents(1, &s->ev[k]));
+    CF_RELEASE(clReleaseEvent, s->ev[k]);
+    s->ev[k] = NULL;
+  }
+  if (!s->host[k] && !(s->host[k] = malloc(n * sizeof(int)))) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  memcpy(s->host[k], src, n * sizeof(int));
+  CF_CHECK(clEnqueueWriteBuffer(cf_context_queue(m->ctx), dst, CL_FALSE, 0, n * sizeof(int), s->host[k], 0, NULL,
+                                &s->ev[k]));
+  return CF_OK;
+}
+
+static float token_scale(const cf_model *m) { return m->cfg.model.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
+
+cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train) {
+  int N = m->B * m->T, C = m->C, V = m->V;
+  long bad = cf_embedding_check_tokens(inputs, (size_t)N, V);
+  if (bad >= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "token %d at position %ld is outside the vocabulary [0, %d)", inputs[bad], bad, V);
+  m->step = step;
+  m->train = train;
+  CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
+  CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
+                              m->wpe == SIZE_MAX ? no_mask() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
+  CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
+  for (int l = 0; l < m->L; l++) CF_TRY(block_forward(m, l));
+  cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
+  if (m->lnf_w != SIZE_MAX && !final_norm_in_block(m))
+    CF_TRY(cf_layernorm_forward(m->ctx, A(m->lnf_out), A(m->lnf_mean), A(m->lnf_rstd), model_output(m), P(m->lnf_w),
+                                P(m->lnf_b), N, C, (float)m->cfg.model.ln_eps));
+  CF_TRY(linear_forward(m, A(m->logits), xf, m->out_w, SIZE_MAX, C, V));
+  m->count = 0;
+  if (!targets) return CF_OK;
+  m->count = cf_crossentropy_count(targets, N, -1);
+  CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
+  /* the loss and, in the same pass over the logits, their gradient for a backward that may follow */
+  return cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
+                                          cf_at(m->targets, 0), N, V, (float)m->cfg.model.label_smoothing, -1,
+                                          1.0f / (float)m->count);
+}
+
+cf_status cf_model_backward(cf_model *m) {
+  if (m->count <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "backward needs a forward with targets first");
+  int N = m->B * m->T, C = m->C, V = m->V;
+  CF_TRY(cf_fill(m->ctx, cf_at(m->grads, 0), 0.0f, m->nparams));
+  cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
+  if (m->lnf_w != SIZE_MAX) {
+    /* d(lnf_out) in s_res; the final LayerNorm's backward here, or in the last block (Pre-LN) */
+    CF_TRY(linear_backward(m, S(m->s_res), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
+    if (!final_norm_in_block(m))
+      CF_TRY(cf_layernorm_backward(m->ctx, S(m->s_stream), G(m->lnf_w), G(m->lnf_b), S(m->s_res), model_output(m),
+                                   P(m->lnf_w), A(m->lnf_mean), A(m->lnf_rstd), N, C, 0));
+  } else {
+    CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
+  }
+  for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
+  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
+  return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? no_mask() : G(m->wpe), S(m->s_stream),
+                               cf_at(m->tokens, 0), m->B, m->T, C, V, token_scale(m));
+}
+
+cf_status cf_model_grad_norm(cf_model *m) {
+  return cf_global_norm(m->ctx, A(m->grad_norm), cf_at(m->grads, 0), m->nparams, S(m->s_norm));
+}
+
+cf_status cf_model_update(cf_model *m, float lr, int step) {
+  const cf_config *c = &m->cfg;
+  cf_mem norm = c->optim.clip_norm > 0 ? A(m->grad_norm) : no_mask();
+  if (c->optim.name == CF_OPTIM_SGD)
+    return cf_sgd_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), c->optim.momentum > 0 ? cf_at(m->m1, 0) : no_mask(),
+                         m->nparams, lr, (float)c->optim.momentum, (float)c->optim.weight_decay, norm,
+                         (float)c->optim.clip_norm);
+  cf_adam h = {lr, (float)c->optim.beta1, (float)c->optim.beta2, (float)c->optim.eps, (float)c->optim.weight_decay,
+               c->optim.name == CF_OPTIM_ADAMW, step};
+  return cf_adam_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), cf_at(m->m1, 0), cf_at(m->m2, 0), m->nparams,
+                        &h, norm, (float)c->optim.clip_norm);
+}
+
+cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, A(m->loss), 1); }
+cf_status cf_model_loss(cf_model *m, float *loss) { return cf_read(m->ctx, A(m->loss), loss, 1); }
+cf_status cf_model_read_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
+
+cf_status cf_model_logits(cf_model *m, int b, int t, float *out) {
+  if (b < 0 || b >= m->B || t < 0 || t >= m->T) return CF_FAIL(CF_ERR_INVALID_ARG, "logits of (%d, %d) outside the batch", b, t);
+  return cf_read(m->ctx, A(m->logits + ((size_t)b * m->T + t) * m->V), out, (size_t)m->V);
+}
+
+cf_status cf_model_grad_norms(cf_model *m, float *out) {
+  size_t *offs = malloc((size_t)m->nviews * sizeof *offs), *counts = malloc((size_t)m->nviews * sizeof *counts);
+  cl_mem o = NULL, s = NULL;
+  cf_status st = CF_OK;
+  if (!offs || !counts) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
+  for (int i = 0; i < m->nviews; i++) { offs[i] = m->views[i].off; counts[i] = m->views[i].numel; }
+  if ((st = cf_buffer_create(m->ctx, (size_t)m->nviews * 4, &o)) != CF_OK) goto done;
+  if ((st = cf_buffer_create(m->ctx, cf_segment_norms_scratch_floats(counts, m->nviews) * 4, &s)) != CF_OK) goto done;
+  if ((st = cf_segment_norms(m->ctx, cf_at(o, 0), cf_at(m->grads, 0), offs, counts, m->nviews, cf_at(s, 0))) != CF_OK) goto done;
+  st = cf_read(m->ctx, cf_at(o, 0), out, (size_t)m->nviews);
+done:
+  cf_buffer_free(o);
+  cf_buffer_free(s);
+  free(offs);
+  free(counts);
+  return st;
+}
+
+static cl_mem flat(cf_model *m, int which) {
+  return which == 0 ? m->params : which == 1 ? m->grads : which == 2 ? m->m1 : m->m2;
+}
+
+static int flat_present(const cf_model *m, int which) {
+  if (which == 2) return !(m->cfg.optim.name == CF_OPTIM_SGD && m->cfg.optim.momentum == 0);
+  if (which == 3) return m->cfg.optim.name != CF_OPTIM_SGD;
+  return which >= 0 && which < 2;
+}
+
+cf_status cf_model_read(cf_model *m, int which, float *host) {
+  if (!flat_present(m, which)) { memset(host, 0, m->nparams * sizeof *host); return CF_OK; }
+  return cf_read(m->ctx, cf_at(flat(m, which), 0), host, m->nparams);
+}
+
+cf_status cf_model_write(cf_model *m, int which, const float *host) {
+  if (!flat_present(m, which)) return CF_OK;
+  return cf_write(m->ctx, cf_at(flat(m, which), 0), host, m->nparams);
+}

@@ -1,0 +1,414 @@
+/* Program loading: source lookup (embedded or $CLFORMER_KERNEL_DIR), the prepended #define
+ * block, the on-disk binary cache, kernel lookup by name, and the launch helper. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/embedded.h"
+#include "runtime/runtime.h"
+
+/* ---------- sources ---------- */
+
+const char *const *cf_program_names(void) {
+  static const char *names[256];
+  if (!names[0]) {
+    int n = 0;
+    for (const cf_embedded_source *s = cf_embedded_sources; s->name && n < 255; s++)
+      if (!strchr(s->name, '.')) names[n++] = s->name;  /* headers keep their .clh */
+    names[n] = NULL;
+  }
+  return names;
+}
+
+/* The text of cl/<file>: from $CLFORMER_KERNEL_DIR when set, else the embedded copy. */
+static cf_status raw_source(const char *file, char **text) {
+  *text = NULL;
+  const char *dir = getenv("CLFORMER_KERNEL_DIR");
+  if (dir && *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return cf_read_file(path, text, NULL);
+  }
+  size_t n = strlen(file);
+  for (const cf_embedded_source *s = cf_embedded_sources; s->name; s++) {
+    size_t m = strlen(s->name);
+    /* programs are stored as "name" for "name.cl", headers as "name.clh" */
+    if ((m == n && !strcmp(s->name, file)) || (m + 3 == n && !strncmp(s->name, file, m) && !strcmp(file + m, ".cl"))) {
+      *text = strdup(s->text);
+      return *text ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+    }
+  }
+  return CF_FAIL(CF_ERR_NOT_FOUND, "no kernel source cl/%s in this build", file);
+}
+
+/* Programs pull shared code in with lines `#include "x.clh"`; the loader inlines those (one
+ * level), since a program built from a string has no include path. */
+cf_status cf_program_source(const char *name, char **text) {
+  char file[256];
+  snprintf(file, sizeof file, "%s.cl", name);
+  char *src;
+  CF_TRY(raw_source(file, &src));
+  const char *inc = strstr(src, "#include \"");
+  if (!inc) { *text = src; return CF_OK; }
+  size_t cap = strlen(src) + 1, len = 0;
+  char *out = malloc(cap);
+  cf_status st = out ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  const char *p = src;
+  while (st == CF_OK && (inc = strstr(p, "#include \""))) {
+    const char *q = strchr(inc + 10, '"');
+    if (!q) { st = CF_FAIL(CF_ERR_INVALID_ARG, "cl/%s.cl: unterminated #include", name); break; }
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "%.*s", (int)(q - inc - 10), inc + 10);
+    char *htext;
+    st = raw_source(hdr, &htext);
+    if (st != CF_OK) break;
+    size_t need = len + (size_t)(inc - p) + strlen(htext) + 2 + strlen(q);
+    if (need > cap) {
+      char *g = realloc(out, need);
+      if (!g) { free(htext); st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); break; }
+      out = g;
+      cap = need;
+    }
+    memcpy(out + len, p, (size_t)(inc - p));
+    len += (size_t)(inc - p);
+    len += (size_t)sprintf(out + len, "%s\n", htext);
+    free(htext);
+    p = q + 1;
+  }
+  if (st == CF_OK) {
+    strcpy(out + len, p);
+    *text = out;
+  } else free(out);
+  free(src);
+  return st;
+}
+
+/* ---------- binary cache ---------- */
+
+const char *cf_cache_dir(void) {
+  static char dir[4096];
+  const char *off = getenv("CLFORMER_CACHE");
+  if (off && (!strcmp(off, "off") || !strcmp(off, "0"))) return NULL;
+  const char *d = getenv("CLFORMER_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (d && *d) snprintf(dir, sizeof dir, "%s", d);
+  else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/clformer", xdg);
+  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/clformer", home);
+  else return NULL;
+  return dir;
+}
+
+#define CACHE_MAGIC "CFBIN001"
+typedef struct cache_header {
+  char magic[8];
+  uint64_t size;      /* bytes of binary that follow */
+  uint64_t checksum;  /* FNV-1a of those bytes */
+} cache_header;
+
+static void cache_key(const cf_context *ctx, const char *full_source, char key[33]) {
+  const char *parts[] = {full_source, ctx->build_options, ctx->info.name, ctx->info.driver_version,
+                         ctx->info.platform_version, ctx->info.device_version, ctx->info.platform_name};
+  unsigned long long h1 = CF_HASH_SEED, h2 = 0x84222325cbf29ce4ULL;
+  for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+    size_t n = strlen(parts[i]) + 1;  /* the NUL separates fields */
+    h1 = cf_hash64(h1, parts[i], n);
+    h2 = cf_hash64(h2, parts[i], n);
+  }
+  snprintf(key, 33, "%016llx%016llx", h1, h2);
+}
+
+/* Try the cached binary; CF_OK with *out set on a hit, anything else means "build from source". */
+static cf_status cache_load(cf_context *ctx, const char *path, const char *label, cl_program *out) {
+  char *data;
+  size_t len;
+  *out = NULL;
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);  /* a missing file is the normal cold case: no error message */
+  cf_status st = cf_read_file(path, &data, &len);
+  cf_set_verbosity(v);
+  cf_clear_error();
+  if (st != CF_OK) return st;
+  cache_header h;
+  const char *why = NULL;
+  if (len < sizeof h) why = "truncated header";
+  else {
+    memcpy(&h, data, sizeof h);
+    if (memcmp(h.magic, CACHE_MAGIC, 8)) why = "bad magic";
+    else if (h.size != len - sizeof h) why = "truncated binary";
+    else if (h.checksum != cf_hash64(CF_HASH_SEED, data + sizeof h, h.size)) why = "checksum mismatch";
+  }
+  if (!why) {
+    const unsigned char *bin = (const unsigned char *)data + sizeof h;
+    size_t bin_len = (size_t)h.size;
+    cl_int bin_status = CL_SUCCESS, err;
+    cl_program p = clCreateProgramWithBinary(ctx->cl, 1, &ctx->info.device, &bin_len, &bin, &bin_status, &err);
+    if (err != CL_SUCCESS || bin_status != CL_SUCCESS) why = "driver rejected the binary";
+    else if (clBuildProgram(p, 1, &ctx->info.device, ctx->build_options, NULL, NULL) != CL_SUCCESS) {
+      why = "binary failed to build";
+      clReleaseProgram(p);
+    } else *out = p;
+    if (!*out && err == CL_SUCCESS && bin_status != CL_SUCCESS) clReleaseProgram(p);
+  }
+  free(data);
+  if (why) {
+    ctx->cache.rejected++;
+    cf_log(2, "note: cached binary for %s (%s) is unusable: %s; rebuilding from source", label, path, why);
+    return CF_ERR_IO;
+  }
+  return CF_OK;
+}
+
+static void cache_store(cf_context *ctx, cl_program p, const char *dir, const char *path, const char *label) {
+  size_t bin_len = 0;
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bin_len, &bin_len, NULL) != CL_SUCCESS || bin_len == 0) {
+    cf_log(2, "note: driver gives no binary for %s; not cached", label);
+    return;
+  }
+  unsigned char *buf = malloc(sizeof(cache_header) + bin_len);
+  if (!buf) return;
+  unsigned char *bin = buf + sizeof(cache_header);
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+    cache_header h;
+    memcpy(h.magic, CACHE_MAGIC, 8);
+    h.size = bin_len;
+    h.checksum = cf_hash64(CF_HASH_SEED, bin, bin_len);
+    memcpy(buf, &h, sizeof h);
+    int v = cf_verbosity();
+    cf_set_verbosity(-1);  /* a read-only cache directory costs speed, never a run */
+    cf_status st = cf_mkdirs(dir);
+    if (st == CF_OK) st = cf_write_file_atomic(path, buf, sizeof h + bin_len);
+    cf_set_verbosity(v);
+    if (st == CF_OK) {
+      ctx->cache.writes++;
+      cf_cache_prune_default(dir);
+    } else cf_log(1, "note: could not cache %s: %s", label, cf_last_error());
+    cf_clear_error();
+  }
+  free(buf);
+}
+
+/* ---------- building ---------- */
+
+static cf_status build_failure(cf_context *ctx, cl_program p, cl_int err, const char *label) {
+  size_t n = 0;
+  char *log = NULL;
+  if (clGetProgramBuildInfo(p, ctx->info.device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) == CL_SUCCESS && n > 0) {
+    log = malloc(n + 1);
+    if (log && clGetProgramBuildInfo(p, ctx->info.device, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS) log[n] = 0;
+    else if (log) log[0] = 0;
+  }
+  cf_status st = cf_report(err, "clBuildProgram", __FILE__, __LINE__,
+                           "kernel source: %s.cl\ndevice: %s (%s, driver %s)\noptions: \"%s\" plus the #define block:\n%s"
+                           "build log:\n%s",
+                           label, ctx->info.name, ctx->info.platform_name, ctx->info.driver_version, ctx->build_options,
+                           ctx->defines, log && log[0] ? log : "(the driver gave no build log)");
+  free(log);
+  return st;
+}
+
+cf_status cf_program_build_source(cf_context *ctx, const char *label, const char *source, cl_program *out) {
+  *out = NULL;
+  double t0 = cf_now();
+  size_t n = strlen(ctx->defines) + strlen(source) + 16;
+  char *full = malloc(n);
+  if (!full) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  /* #line keeps build-log line numbers equal to the .cl file's. */
+  snprintf(full, n, "%s#line 1\n%s", ctx->defines, source);
+
+  const char *dir = cf_cache_dir();
+  char path[4200] = "";
+  if (dir) {
+    char key[33];
+    cache_key(ctx, full, key);
+    snprintf(path, sizeof path, "%s/%s-%s.bin", dir, label, key);
+    if (cache_load(ctx, path, label, out) == CF_OK) {
+      ctx->cache.hits++;
+      cf_cache_touch(path);
+      ctx->cache.last_load_ms = 1e3 * (cf_now() - t0);
+      free(full);
+      return CF_OK;
+    }
+  }
+  ctx->cache.misses++;
+  cl_int err;
+  const char *srcs[] = {full};
+  cl_program p = clCreateProgramWithSource(ctx->cl, 1, srcs, NULL, &err);
+  cf_status st = CF_OK;
+  CF_CHECK_GOTO(err, st, done);
+  err = clBuildProgram(p, 1, &ctx->info.device, ctx->build_options, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    st = build_failure(ctx, p, err, label);
+    clReleaseProgram(p);
+    goto done;
+  }
+  if (dir) cache_store(ctx, p, dir, path, label);
+  *out = p;
+  ctx->cache.last_load_ms = 1e3 * (cf_now() - t0);
+done:
+  free(full);
+  return st;
+}
+
+static cf_status load_program(cf_context *ctx, const char *name, cf_loaded_program **out) {
+  for (int i = 0; i < ctx->nprograms; i++)
+    if (!strcmp(ctx->programs[i].name, name)) { *out = &ctx->programs[i]; return CF_OK; }
+  if (strlen(name) >= sizeof ctx->programs[0].name) return CF_FAIL(CF_ERR_INVALID_ARG, "program name too long: %s", name);
+  if (ctx->nprograms == ctx->cap_programs) {
+    int cap = ctx->cap_programs ? 2 * ctx->cap_programs : 16;
+    cf_loaded_program *g = realloc(ctx->programs, (size_t)cap * sizeof *g);
+    if (!g) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+    ctx->programs = g;
+    ctx->cap_programs = cap;
+  }
+  char *src;
+  CF_TRY(cf_program_source(name, &src));
+  cl_program p;
+  cf_status st = cf_program_build_source(ctx, name, src, &p);
+  free(src);
+  if (st != CF_OK) return st;
+  cf_loaded_program lp = {0};
+  snprintf(lp.name, sizeof lp.name, "%s", name);
+  lp.program = p;
+  CF_CHECK_GOTO(clCreateKernelsInProgram(p, 0, NULL, &lp.nkernels), st, fail);
+  lp.kernels = calloc(lp.nkernels ? lp.nkernels : 1, sizeof *lp.kernels);
+  lp.kernel_names = calloc(lp.nkernels ? lp.nkernels : 1, sizeof *lp.kernel_names);
+  if (!lp.kernels || !lp.kernel_names) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
+  if (lp.nkernels) CF_CHECK_GOTO(clCreateKernelsInProgram(p, lp.nkernels, lp.kernels, NULL), st, fail);
+  for (cl_uint k = 0; k < lp.nkernels; k++)
+    CF_CHECK_GOTO(clGetKernelInfo(lp.kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof lp.kernel_names[k],
+                                  lp.kernel_names[k], NULL), st, fail);
+  ctx->programs[ctx->nprograms] = lp;
+  *out = &ctx->programs[ctx->nprograms++];
+  return CF_OK;
+fail:
+  for (cl_uint k = 0; lp.kernels && k < lp.nkernels; k++) CF_RELEASE(clReleaseKernel, lp.kernels[k]);
+  free(lp.kernels);
+  free(lp.kernel_names);
+  CF_RELEASE(clReleaseProgram, p);
+  return st;
+}
+
+cf_status cf_kernel_get(cf_context *ctx, const char *program, const char *kernel, cl_kernel *out) {
+  *out = NULL;
+  cf_loaded_program *lp = NULL;
+  CF_TRY(load_program(ctx, program, &lp));
+  for (cl_uint k = 0; k < lp->nkernels; k++)
+    if (!strcmp(lp->kernel_names[k], kernel)) { *out = lp->kernels[k]; return CF_OK; }
+  return CF_FAIL(CF_ERR_NOT_FOUND, "no kernel '%s' in cl/%s.cl", kernel, program);
+}
+
+/* ---------- launching ---------- */
+
+void cf_launch_begin_at(cf_launch *L, cf_context *ctx, const char *program, const char *kernel, const char *file,
+                        int line) {
+  L->ctx = ctx;
+  L->name = kernel;
+  L->nargs = 0;
+  L->file = file;
+  L->line = line;
+  L->status = cf_kernel_get(ctx, program, kernel, &L->kernel);
+}
+
+static void set_arg(cf_launch *L, size_t size, const void *value) {
+  if (L->status != CF_OK) return;
+  cl_int err = clSetKernelArg(L->kernel, L->nargs, size, value);
+  if (err != CL_SUCCESS) {
+    char call[160];
+    snprintf(call, sizeof call, "clSetKernelArg(%s, argument %u)", L->name, L->nargs);
+    L->status = cf_report(err, call, L->file, L->line, NULL);
+  }
+  L->nargs++;
+}
+
+void cf_arg_mem(cf_launch *L, cf_mem m) {
+  cl_uint off = (cl_uint)m.off;
+  if (m.off > 0xffffffffu && L->status == CF_OK)
+    L->status = cf_report(CF_ERR_INVALID_ARG, NULL, L->file, L->line, "offset %zu too large for %s", m.off, L->name);
+  set_arg(L, sizeof m.buf, &m.buf);
+  set_arg(L, sizeof off, &off);
+}
+void cf_arg_buf(cf_launch *L, cl_mem buf) { set_arg(L, sizeof buf, &buf); }
+void cf_arg_int(cf_launch *L, int v) { cl_int x = v; set_arg(L, sizeof x, &x); }
+void cf_arg_uint(cf_launch *L, unsigned v) { cl_uint x = v; set_arg(L, sizeof x, &x); }
+void cf_arg_float(cf_launch *L, float v) { cl_float x = v; set_arg(L, sizeof x, &x); }
+void cf_arg_local(cf_launch *L, size_t bytes) { set_arg(L, bytes, NULL); }
+void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_mem(L, m[i]);
+}
+void cf_arg_int_list(cf_launch *L, const int *v, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_int(L, v[i]);
+}
+void cf_arg_uint_list(cf_launch *L, const unsigned *v, size_t n) {
+  for (size_t i = 0; i < n; i++) cf_arg_uint(L, v[i]);
+}
+
+cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local) {
+  if (L->status != CF_OK) return L->status;
+  size_t g[3];
+  for (cl_uint d = 0; d < dims; d++) {
+    if (global[d] == 0) return CF_OK;  /* nothing to do */
+    g[d] = local ? cf_round_up(global[d], local[d]) : global[d];
+  }
+  cl_int err = clEnqueueNDRangeKernel(L->ctx->queue, L->kernel, dims, NULL, g, local, 0, NULL,
+                                      cf_profile_slot(L->ctx, L->name));
+  if (err != CL_SUCCESS) {
+    char call[160];
+    snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", L->name);
+    return cf_report(err, call, L->file, L->line, NULL);
+  }
+  return CF_OK;
+}
+
+/* ---------- profiling ---------- */
+
+void cf_profile_start(cf_context *ctx) {
+  cf_profile_collect(ctx, NULL, 0);  /* drop anything pending */
+  ctx->prof_on = ctx->profiling;
+}
+
+cl_event *cf_profile_slot(cf_context *ctx, const char *name) {
+  if (!ctx->prof_on) return NULL;
+  if (ctx->nprof == ctx->cap_prof) {
+    int cap = ctx->cap_prof ? 2 * ctx->cap_prof : 1024;
+    struct cf_prof_event *g = realloc(ctx->prof, (size_t)cap * sizeof *g);
+    if (!g) return NULL;
+    ctx->prof = g;
+    ctx->cap_prof = cap;
+  }
+  snprintf(ctx->prof[ctx->nprof].name, sizeof ctx->prof[0].name, "%s", name);
+  ctx->prof[ctx->nprof].ev = NULL;
+  return &ctx->prof[ctx->nprof++].ev;
+}
+
+static int by_ms(const void *a, const void *b) {
+  double x = ((const cf_profile_entry *)a)->ms, y = ((const cf_profile_entry *)b)->ms;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max) {
+  int n = 0;
+  if (ctx->nprof) clFinish(ctx->queue);
+  for (int i = 0; i < ctx->nprof; i++) {
+    cl_event ev = ctx->prof[i].ev;
+    if (!ev) continue;
+    cl_ulong t0 = 0, t1 = 0;
+    if (out && clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) == CL_SUCCESS &&
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) == CL_SUCCESS) {
+      int k = 0;
+      while (k < n && strcmp(out[k].name, ctx->prof[i].name)) k++;
+      if (k == n && n < max) {
+        snprintf(out[n].name, sizeof out[n].name, "%s", ctx->prof[i].name);
+        out[n].ms = 0;
+        out[n].calls = 0;
+        n++;
+      }
+      if (k < n) {
+        out[k].ms += (double)(t1 - t0) * 1e-6;
+        out[k].calls++;
+      }
+    }
+    clReleaseEvent(ev);
+  }
+  ctx->nprof = 0;
+  ctx->prof_on = 0;
+  if (out) qsort(out, (size_t)n, sizeof *out, by_ms);
+  return n;
+}

@@ -1,0 +1,51 @@
+/* The runtime layer, internal: the context's layout and the kernel binary cache's housekeeping. */
+#ifndef CLFORMER_RUNTIME_RUNTIME_H
+#define CLFORMER_RUNTIME_RUNTIME_H
+
+#include "base/base.h"
+#include "clformer/buffer.h"
+#include "clformer/device.h"
+#include "clformer/program.h"
+
+typedef struct cf_loaded_program {
+  char name[64];
+  cl_program program;
+  cl_uint nkernels;
+  cl_kernel *kernels;
+  char (*kernel_names)[64];
+} cf_loaded_program;
+
+/* Per-context state of an upper layer (the GEMM layer's scratch, for one): the runtime holds it and
+ * frees it first when the context goes, knowing nothing of what it is. */
+typedef void (*cf_context_ext_free_fn)(cf_context *ctx, void *state);
+#define CF_CONTEXT_EXT_SLOTS 8
+
+struct cf_context {
+  cf_device_info info;
+  cl_context cl;
+  cl_command_queue queue;
+  int profiling;
+  size_t wg;                     /* CF_WG: work-group size for reductions */
+  int cpu_shapes;                /* CF_DEVICE_IS_CPU: kernels take their CPU shapes (cf_context_cpu_shapes) */
+  char defines[512];             /* prepended to every program */
+  char build_options[128];
+  cf_loaded_program *programs;   /* built on first use */
+  int nprograms, cap_programs;
+  cf_cache_stats cache;
+  /* per-launch events while profiling is on (cf_profile_start) */
+  struct cf_prof_event { char name[48]; cl_event ev; } *prof;
+  int nprof, cap_prof, prof_on;
+  struct cf_context_ext { const void *key; void *state; cf_context_ext_free_fn free; } ext[CF_CONTEXT_EXT_SLOTS];
+};
+
+/* The state an upper layer stored under key (the address of a static object of that layer), or NULL. */
+void *cf_context_ext(const cf_context *ctx, const void *key);
+/* Store state under key (replacing none: one slot per key); free_fn runs at cf_context_free. */
+cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_context_ext_free_fn free_fn);
+
+/* Cache housekeeping (src/cache.c): mark an entry used (a hit), and prune with the default limits
+ * (after a write). */
+void cf_cache_touch(const char *path);
+void cf_cache_prune_default(const char *dir);
+
+#endif

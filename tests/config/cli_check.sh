@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `clformer check`: a good config resolves; every kind of bad input gives file:line:col, the key,
+# exit code 2, and creates nothing.
+bin=$1
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
+cd "$tmp"
+expect_error() {  # name, expected text, command...
+  local name=$1 want=$2; shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [[ $rc -eq 2 && "$err" == *"$want"* ]]; then echo "ok   $name"; else echo "FAIL $name: rc=$rc, message: $err (wanted: $want)"; fail=1; fi
+}
+printf 'some training text\n' > text.txt
+printf 'data:\n  train: text.txt\nmodel:\n  norm: post\n  layers: 2\noptim:\n  betas: [0.9, 0.99]\n' > good.yaml
+out=$("$bin" check good.yaml --set model.d_model=64 --set optim.lr=5e-4); rc=$?
+if [[ $rc -eq 0 && "$out" == *"norm: post"* && "$out" == *"d_model: 64"* && "$out" == *"lr: 0.0005"* && "$out" == *"betas: [0.9, 0.99]"* && "$out" == *"final_norm: false"* ]]; then
+  echo "ok   good config resolves with overrides"; else echo "FAIL good config: $out"; fail=1; fi
+# the printed config is itself a valid config
+"$bin" check good.yaml | tail -n +2 > resolved.yaml
+out2=$("$bin" check resolved.yaml); rc=$?
+[[ $rc -eq 0 ]] && echo "ok   resolved config round-trips" || { echo "FAIL round trip: $out2"; fail=1; }
+
+printf 'model:\n  layer: 6\n' > unknown.yaml
+printf 'data:\n  train: nosuch.txt\n' > nodata.yaml
+expect_error "a missing training file" "nodata.yaml: data.train 'nosuch.txt': No such file" "$bin" check nodata.yaml
+expect_error "a missing validation file" "good.yaml: data.valid 'none.txt': No such file" "$bin" check good.yaml --set data.valid=none.txt
+expect_error "unknown key with suggestion" "unknown.yaml:2:3: unknown key 'model.layer' (did you mean 'model.layers'?)" "$bin" check unknown.yaml
+printf 'modle:\n  layers: 6\n' > section.yaml
+expect_error "unknown section" "section.yaml:1:1: unknown key 'modle'" "$bin" check section.yaml
+printf 'data:\n  train: t\nmodel:\n  layers: six\n' > type.yaml
+expect_error "wrong type" "type.yaml:4:11: model.layers: expected an integer, got 'six'" "$bin" check type.yaml
+printf 'data:\n  train: t\nmodel:\n  tie_embeddings: maybe\n' > bool.yaml
+expect_error "wrong boolean" "model.tie_embeddings: expected true or false" "$bin" check bool.yaml
+printf 'data:\n  train: t\nmodel:\n  norm: middle\n' > enum.yaml
+expect_error "bad choice" "model.norm: expected one of post|pre, got 'middle'" "$bin" check enum.yaml
+printf 'model:\n  layers: 2\n' > missing.yaml
+expect_error "missing required value" "data.train: missing required value" "$bin" check missing.yaml
+printf 'data:\n  train: t\nmodel:\n  d_model: 100\n  heads: 3\n' > heads.yaml
+expect_error "heads must divide d_model" "heads.yaml:5:10: model.heads: 3 heads do not divide model.d_model = 100" "$bin" check heads.yaml
+printf 'data:\n  train: t\noptim:\n  lr: -0.001\n' > lr.yaml
+expect_error "negative lr" "lr.yaml:4:7: optim.lr: value -0.001 is out of range" "$bin" check lr.yaml
+printf 'data:\n  train: t\nmodel:\n  dropout: 1\n' > dropout.yaml
+expect_error "dropout outside [0,1)" "model.dropout: value 1 is out of range: must be >= 0 and < 1" "$bin" check dropout.yaml
+printf 'data:\n  train: t\noptim:\n  betas: [0.9]\n' > betas.yaml
+expect_error "betas not a pair" "optim.betas: expected a pair" "$bin" check betas.yaml
+printf 'data:\n  train: t\nmodel: [1, 2\n' > malformed.yaml
+expect_error "malformed YAML" "malformed.yaml:" "$bin" check malformed.yaml
+printf 'data:\n  train: t\nmodel:\n  layers:\n    deep: 3\n' > nested.yaml
+expect_error "mapping where a value belongs" "model.layers: expected a single value, not a mapping" "$bin" check nested.yaml
+expect_error "--set unknown key" "--set optim.lrr=1: unknown key 'optim.lrr' (did you mean 'optim.lr'?)" "$bin" check good.yaml --set optim.lrr=1
+expect_error "--set bad value" "--set model.norm=sideways: model.norm: expected one of post|pre" "$bin" check good.yaml --set model.norm=sideways
+expect_error "--set without =" "expected KEY=VALUE" "$bin" check good.yaml --set model.norm
+expect_error "--set cross-key check" "--set model.heads: 3 heads do not divide" "$bin" check good.yaml --set model.heads=3
+expect_error "missing file" "cannot open nope.yaml" "$bin" check nope.yaml
+expect_error "no config given" "a CONFIG file is required" "$bin" check
+# an option left without its value is named as such, in every command; a stray one is unexpected
+expect_error "train --device without value" "clformer train: --device needs a value" "$bin" train good.yaml --device
+expect_error "sample -n without value" "clformer sample: -n needs a value" "$bin" sample run -n
+expect_error "check --set without value" "clformer check: --set needs a value" "$bin" check good.yaml --set
+expect_error "compare --seeds without value" "clformer compare: --seeds needs a value" "$bin" compare good.yaml --seeds
+expect_error "unknown option" "clformer train: unexpected argument '--bogus'" "$bin" train good.yaml --bogus
+left=$(ls | grep -v '\.yaml$' | grep -vx text.txt || true)
+[[ -z "$left" ]] && echo "ok   nothing created" || { echo "FAIL files created: $left"; fail=1; }
+"$bin" check --keys | grep -q '| `model.norm` | `pre` |' && echo "ok   --keys lists the schema" || { echo "FAIL --keys"; fail=1; }
+exit $fail
