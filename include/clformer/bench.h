@@ -5,20 +5,7 @@
 
 #include <stdio.h>
 #include "clformer/config.h"
-#include "clformer/program.h"
-
-/* One GEMM of the model: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times; per_step calls
- * of it in one training step. */
-typedef struct cf_gemm_shape {
-  char name[24];
-  int ta, tb;
-  size_t M, N, K, batch;
-  float beta;
-  int per_step;
-} cf_gemm_shape;
-#define CF_GEMM_MAX_SHAPES 32
-/* Every GEMM shape the config's model issues (the list in src/bench_gemm.c); returns the count. */
-int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *out);
+#include "clformer/runtime.h"
 
 /* `bench gemm`: every GEMM shape the config's model issues (forward, both backward products, the
  * batched attention products) with each available implementation, plus the device's measured FMA
@@ -38,18 +25,4 @@ typedef struct cf_bench_step_options {
 } cf_bench_step_options;
 /* Prints the results; appends a JSON object to json when not NULL. */
 cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *json);
-/* Floating-point operations of one training step's matrix products (the formula in bench_step.c). */
-double cf_bench_step_flops(const cf_config *cfg);
-
-/* `clformer tune` (src/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels around
- * them), then per model GEMM shape ours vs CLBlast's direct and indirect kernels, which also set
- * CLBlast's direct/indirect switch; the results go to cf_gemm_tune_path's file, which every later
- * run's GEMM layer applies. */
-typedef struct cf_tune_options {
-  double budget_s;           /* wall-clock budget of the whole run (default 840 s) */
-  double fraction;           /* share of the CLBlast GEMM tuners' search space tried (default 0.005) */
-  int skip_clblast_tuners;   /* only the per-shape comparison */
-} cf_tune_options;
-cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_options *opts);
-
 #endif

@@ -5,7 +5,7 @@
 #define CLFORMER_CONFIG_H
 
 #include <stdio.h>
-#include "clformer/status.h"
+#include "clformer/base.h"
 
 enum { CF_NORM_POST = 0, CF_NORM_PRE = 1 };
 enum { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE, CF_DECAY_CONSTANT };

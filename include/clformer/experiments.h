@@ -6,7 +6,7 @@
 #define CLFORMER_EXPERIMENTS_H
 
 #include <stdio.h>
-#include "clformer/status.h"
+#include "clformer/base.h"
 
 /* Called after each unit of work: done of total finished, `what` the one just finished. */
 typedef void (*cf_progress_fn)(void *user, int done, int total, const char *what, double elapsed_s, double eta_s);

@@ -1,3 +1,9 @@
+/* clformer/gemm.h: matrix products, dispatched between CLBlast and our own kernels, and their tuning. */
+#ifndef CLFORMER_GEMM_H
+#define CLFORMER_GEMM_H
+
+#include "clformer/runtime.h"
+
 /* Row-major single-precision matrix products on the device: C[M,N] = alpha * op(A)[M,K] *
  * op(B)[K,N] + beta * C, op = transpose when trans_* is set. lda/ldb/ldc are row strides in
  * elements of the matrices as stored. beta == 0 never reads C (it may hold NaN).
@@ -6,11 +12,6 @@
  * (register tiles of float16 vectors, op(B) packed into 32-column panels). cf_gemm picks one
  * per $CLFORMER_GEMM = clblast | own | auto (default auto: our own on CPU devices, CLBlast on
  * GPUs and accelerators, whose tuning database is good). */
-#ifndef CLFORMER_GEMM_H
-#define CLFORMER_GEMM_H
-
-#include "clformer/program.h"
-
 cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                   float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb,
                   float beta, cf_mem C, size_t ldc);
@@ -67,8 +68,28 @@ int cf_gemm_tune_hold(cf_context *ctx);
  * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */
 int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n);
 
-/* Double-precision reference on the host, same conventions (C in double, updated in place). */
-void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,
-              const float *B, size_t ldb, double beta, double *C, size_t ldc);
+/* One GEMM shape: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times; per_step calls
+ * of it in one training step. */
+typedef struct cf_gemm_shape {
+  char name[24];
+  int ta, tb;
+  size_t M, N, K, batch;
+  float beta;
+  int per_step;
+} cf_gemm_shape;
+#define CF_GEMM_MAX_SHAPES 32
+
+/* `clformer tune` (src/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels around
+ * them), then per GEMM shape ours vs CLBlast's direct and indirect kernels, which also set
+ * CLBlast's direct/indirect switch; the results go to cf_gemm_tune_path's file, which every later
+ * run's GEMM layer applies. */
+typedef struct cf_tune_options {
+  double budget_s;           /* wall-clock budget of the whole run (default 840 s) */
+  double fraction;           /* share of the CLBlast GEMM tuners' search space tried (default 0.005) */
+  int skip_clblast_tuners;   /* only the per-shape comparison */
+  size_t rows, width;        /* the CLBlast tuners' problem: `rows` tokens (capped at 1024) by `width` */
+} cf_tune_options;
+/* shapes: the products to choose for (each counted per_step times), duplicates allowed. */
+cf_status cf_gemm_tune(cf_context *ctx, const cf_gemm_shape *shapes, int nshapes, const cf_tune_options *opts);
 
 #endif

@@ -6,7 +6,8 @@
 
 #include <stdint.h>
 #include "clformer/config.h"
-#include "clformer/program.h"
+#include "clformer/gemm.h"
+#include "clformer/runtime.h"
 
 typedef struct cf_tensor_view {
   char name[64];      /* e.g. "layers.3.ffn.fc2.weight" (the safetensors name) */
@@ -64,5 +65,15 @@ cf_status cf_model_grad_norms(cf_model *m, float *out);
  * 2 Adam m (or SGD momentum), 3 Adam v. */
 cf_status cf_model_read(cf_model *m, int which, float *host);
 cf_status cf_model_write(cf_model *m, int which, const float *host);
+
+/* The byte-level tokenizer's vocabulary: every byte value is a token. */
+#define CF_MODEL_VOCAB 256
+
+/* Every GEMM shape a training step of this config's model issues (forward, both backward products,
+ * the batched attention products), each with its count per step; returns how many (at most
+ * CF_GEMM_MAX_SHAPES). bench gemm, bench step and tune all take them from here. */
+int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *out);
+/* Floating-point operations of those products in one training step (2 M N K per product). */
+double cf_model_gemm_flops(const cf_config *cfg);
 
 #endif

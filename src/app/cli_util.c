@@ -7,8 +7,8 @@
 #include <string.h>
 #include "app/cli.h"
 #include "base/base.h"
-#include "clformer/status.h"
-#include "clformer/device.h"
+#include "clformer/base.h"
+#include "clformer/runtime.h"
 
 int cf_exit_code(int status) {
   switch (status) {

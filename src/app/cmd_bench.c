@@ -54,10 +54,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "clformer/check.h"
+#include "clformer/gemm.h"
 #include "app/cli.h"
 #include "bench/host_probe.h"
 #include "clformer/bench.h"
-#include "clformer/clformer.h"
 #include "runtime/runtime.h"
 
 int cmd_bench(int argc, char **argv);

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "app/cli.h"
-#include "clformer/philox.h"
+#include "clformer/base.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 

@@ -1,7 +1,7 @@
 /* `clformer selftest`: every kernel against the double-precision references on this device. */
 #include <string.h>
+#include "clformer/check.h"
 #include "app/cli.h"
-#include "clformer/clformer.h"
 #include "runtime/runtime.h"
 
 static const char *usage =

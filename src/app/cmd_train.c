@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "app/cli.h"
-#include "clformer/selftest.h"
+#include "clformer/check.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 

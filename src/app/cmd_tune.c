@@ -3,9 +3,11 @@
  * table and declared in src/cli.h as int cmd_tune(int argc, char **argv); */
 #include <stdlib.h>
 #include <string.h>
+#include "clformer/check.h"
+#include "clformer/gemm.h"
 #include "app/cli.h"
 #include "clformer/bench.h"
-#include "clformer/clformer.h"
+#include "clformer/model.h"
 #include "runtime/runtime.h"
 
 static const char *usage =
@@ -35,7 +37,7 @@ int cmd_tune(int argc, char **argv) {
   const char *spec = NULL, *config = NULL;
   char *sets[256];
   int nsets = 0, show = 0;
-  cf_tune_options to = {840, 0.005, 0};
+  cf_tune_options to = {.budget_s = 840, .fraction = 0.005};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;
@@ -85,7 +87,11 @@ int cmd_tune(int argc, char **argv) {
     cf_context_free(ctx);
     return 0;
   }
-  st = cf_gemm_tune(ctx, &cfg, &to);
+  cf_gemm_shape shapes[CF_GEMM_MAX_SHAPES];
+  int nshapes = cf_model_gemm_shapes(&cfg, shapes);
+  to.rows = (size_t)cfg.data.batch_size * (size_t)cfg.data.seq_len;
+  to.width = (size_t)cfg.model.d_model;
+  st = cf_gemm_tune(ctx, shapes, nshapes, &to);
   cf_context_free(ctx);
   return cf_exit_code(st);
 }

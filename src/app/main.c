@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <string.h>
 #include "app/cli.h"
-#include "clformer/clformer.h"
 
 static const char *usage =
     "usage: clformer COMMAND [options]    (clformer COMMAND --help for its options)\n"

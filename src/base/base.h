@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 #include <CL/cl.h>
-#include "clformer/status.h"
+#include "clformer/base.h"
 
 /* Record an error: "<call> failed at file:line: NAME (code)" plus optional detail (a build
  * log), kept for cf_last_error() and printed to stderr. Returns status. */

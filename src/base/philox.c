@@ -1,5 +1,5 @@
 /* Philox4x32-10 on the host (see cl/philox.clh, which must stay bit-identical). */
-#include "clformer/philox.h"
+#include "clformer/base.h"
 
 static uint32_t mulhi(uint32_t a, uint32_t b) { return (uint32_t)(((uint64_t)a * b) >> 32); }
 

@@ -34,7 +34,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/clformer.h"
+#include "clformer/ops.h"
+#include "clformer/gemm.h"
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
 

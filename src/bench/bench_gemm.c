@@ -36,7 +36,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/clformer.h"
+#include "clformer/model.h"
+#include "clformer/check.h"
+#include "clformer/ops.h"
+#include "clformer/gemm.h"
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
 
@@ -246,39 +249,6 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
   return st;
 }
 
-/* ---------- the shapes ---------- */
-
-int cf_gemm_model_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
-  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
-  size_t F = (size_t)cfg->model.d_ff, V = 256, T = (size_t)cfg->data.seq_len;
-  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
-  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
-  size_t BNH = (size_t)cfg->data.batch_size * NH;
-  struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
-                                                         {"fc2", C, F}, {"logits", V, C}};
-  int n = 0;
-  for (int i = 0; i < 5; i++) {
-    int per_step = i < 4 ? layers : 1;  /* the logits' projection once, the others in every block */
-    gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
-    gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
-    gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
-    snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
-    snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
-    snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
-    sh[n++] = f;
-    sh[n++] = dw;
-    sh[n++] = dx;
-  }
-  gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers},
-                      {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
-                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
-  for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
-  return n;
-}
-
 static void json_stats(FILE *f, const char *key, const double *v, int ok) {
   if (ok) fprintf(f, ", \"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", key, v[0], v[1], v[2]);
   else fprintf(f, ", \"%s\": null", key);
@@ -309,7 +279,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
   const cf_device_info *d = cf_context_device(ctx);
   gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
-  int nsh = cf_gemm_model_shapes(cfg, sh);
+  int nsh = cf_model_gemm_shapes(cfg, sh);
   blas bl = {0};
   int have_blas = vs_blas && blas_open(&bl);
   double peak = 0;

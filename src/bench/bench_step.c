@@ -36,7 +36,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "clformer/clformer.h"
+#include "clformer/train.h"
+#include "clformer/model.h"
+#include "clformer/check.h"
+#include "clformer/ops.h"
+#include "clformer/gemm.h"
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
 
@@ -48,13 +52,6 @@ extern char **environ;
 static void json_number(FILE *f, double v, const char *fmt) {
   if (isfinite(v)) fprintf(f, fmt, v);
   else fputs("null", f);
-}
-
-double cf_bench_step_flops(const cf_config *cfg) {
-  double B = cfg->data.batch_size, T = cfg->data.seq_len, C = cfg->model.d_model, F = cfg->model.d_ff;
-  double L = cfg->model.layers, V = 256, N = B * T;
-  double P = L * (4 * C * C + 2 * C * F) + V * C;
-  return 6 * N * P + 12 * L * B * T * T * C;
 }
 
 static void pause_s(double s) {
@@ -312,7 +309,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   }
 
   size_t params = cf_model_num_params(s.m);
-  double flops = cf_bench_step_flops(cfg);
+  double flops = cf_model_gemm_flops(cfg);
   char tuning[512];
   int tuned = cf_gemm_tune_summary(ctx, tuning, sizeof tuning);
   fprintf(out, "device: %s (%s, driver %s); GEMM: %s%s\n", d->name, d->platform_name, d->driver_version,

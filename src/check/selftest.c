@@ -3,7 +3,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/clformer.h"
+#include "clformer/ref.h"
+#include "clformer/check.h"
+#include "clformer/ops.h"
+#include "clformer/gemm.h"
 #include "runtime/embedded.h"
 #include "runtime/runtime.h"
 

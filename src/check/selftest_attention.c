@@ -2,9 +2,10 @@
  * (B 2, T 7, C 12, NH 3), forward (out) and backward (dinp) against the double reference, and
  * the fused inference forward (no dropout). */
 #include <stdlib.h>
-#include "clformer/attention.h"
-#include "clformer/buffer.h"
-#include "clformer/selftest.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
+#include "clformer/runtime.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 cf_status cf_selftest_attention(cf_context *ctx, cf_selftest *t) {

@@ -1,7 +1,7 @@
 /* The comparison every self-test row uses. */
 #include <math.h>
 #include <stdio.h>
-#include "clformer/selftest.h"
+#include "clformer/check.h"
 
 int cf_selftest_check(cf_selftest *t, const char *op, const float *out, const double *ref, size_t n,
                       double atol, double rtol, double ms) {

@@ -2,9 +2,10 @@
  * row) of the forward (per-row losses and the mean), the backward and the two in one launch,
  * against the double references. All tensors share one buffer. */
 #include <stdlib.h>
-#include "clformer/buffer.h"
-#include "clformer/crossentropy.h"
-#include "clformer/selftest.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 enum { N = 7, V = 37, IGNORE = -100 };

@@ -2,9 +2,10 @@
  * the family against the double references, one row each. Tensors share one device buffer. */
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/buffer.h"
-#include "clformer/elementwise.h"
-#include "clformer/selftest.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 enum { N = 6, C = 29, NC = N * C };

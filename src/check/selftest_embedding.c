@@ -3,9 +3,10 @@
  * into nonzero gradients), against the double references. All tensors share one buffer. */
 #include <math.h>
 #include <stdlib.h>
-#include "clformer/buffer.h"
-#include "clformer/embedding.h"
-#include "clformer/selftest.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 enum { B = 2, T = 5, TMAX = 6, C = 13, V = 11, N = B * T };

@@ -3,9 +3,10 @@
  * All tensors of a case share one device buffer at offsets. */
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/buffer.h"
-#include "clformer/layernorm.h"
-#include "clformer/selftest.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 static cf_status selftest_fused(cf_context *ctx, cf_selftest *t);

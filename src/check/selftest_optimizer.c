@@ -3,9 +3,10 @@
  * against the double references. All tensors share one buffer; h holds the inputs (never
  * overwritten), o the outputs read back. */
 #include <stdlib.h>
-#include "clformer/buffer.h"
-#include "clformer/optimizer.h"
-#include "clformer/selftest.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
+#include "clformer/check.h"
 #include "runtime/runtime.h"
 
 enum { NP = 301, NSEG = 4, NSCRATCH = 2048 };

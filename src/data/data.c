@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "clformer/data.h"
-#include "clformer/philox.h"
+#include "clformer/base.h"
 #include "runtime/runtime.h"
 
 static cf_status text_open(cf_text *t, const char *path, const char *key) {

@@ -8,7 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
-#include "clformer/clformer.h"
+#include "clformer/data.h"
+#include "clformer/check.h"
 #include "clformer/experiments.h"
 #include "clformer/train.h"
 #include "config/config_yaml.h"

@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <yaml.h>
-#include "clformer/clformer.h"
+#include "clformer/data.h"
+#include "clformer/model.h"
+#include "clformer/check.h"
 #include "clformer/experiments.h"
 #include "clformer/train.h"
 #include "config/config_yaml.h"

@@ -27,8 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <clblast_c.h>
-#include "clformer/bench.h"
-#include "clformer/clformer.h"
+#include "clformer/gemm.h"
 #include "runtime/runtime.h"
 
 extern char **environ;
@@ -359,8 +358,11 @@ static cf_status write_results(cf_context *ctx, const char *path, const char *cl
   return st;
 }
 
-cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_options *o) {
-  double t0 = cf_now(), budget = o && o->budget_s > 0 ? o->budget_s : 840;
+cf_status cf_gemm_tune(cf_context *ctx, const cf_gemm_shape *all, int nall, const cf_tune_options *o) {
+  if (!o || !o->rows || !o->width || nall < 1 || nall > CF_GEMM_MAX_SHAPES)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "cf_gemm_tune: needs the problem's rows and width and 1 to %d shapes",
+                   CF_GEMM_MAX_SHAPES);
+  double t0 = cf_now(), budget = o->budget_s > 0 ? o->budget_s : 840;
   char path[4200];
   if (!cf_gemm_tune_path(ctx, path, sizeof path))
     return CF_FAIL(CF_ERR_CONFIG, "tune: no cache directory to store results in (CLFORMER_CACHE is off, or no HOME)");
@@ -379,10 +381,10 @@ cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_opti
    * configuration is timed 3 times (the tuners keep the fastest): with one run each, on a shared
    * machine, a lucky timing can pick the winner. */
   char clblast_lines[8192] = "";
-  int run_tuners = !(o && o->skip_clblast_tuners);
-  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
+  int run_tuners = !o->skip_clblast_tuners;
+  size_t N = o->rows, C = o->width;
   size_t tn = N < 1024 ? N : 1024;
-  double user_fraction = o && o->fraction > 0 ? o->fraction : 0.005;
+  double user_fraction = o->fraction > 0 ? o->fraction : 0.005;
   struct {
     const char *prog, *prefix, *kernel;
     double share, fraction;  /* fraction 0: the user's */
@@ -427,8 +429,8 @@ cf_status cf_gemm_tune(cf_context *ctx, const cf_config *cfg, const cf_tune_opti
   cf_gemm_tune_reload(ctx);
 
   /* 2. every distinct shape: ours, CLBlast direct, CLBlast indirect (all tuned parameters applied) */
-  cf_gemm_shape all[CF_GEMM_MAX_SHAPES], sh[CF_GEMM_MAX_SHAPES];
-  int nall = cf_gemm_model_shapes(cfg, all), nsh = 0, count[CF_GEMM_MAX_SHAPES];
+  cf_gemm_shape sh[CF_GEMM_MAX_SHAPES];
+  int nsh = 0, count[CF_GEMM_MAX_SHAPES];
   for (int i = 0; i < nall; i++) {
     int j = 0;
     while (j < nsh && !(sh[j].ta == all[i].ta && sh[j].tb == all[i].tb && sh[j].M == all[i].M && sh[j].N == all[i].N &&

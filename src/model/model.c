@@ -6,16 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/attention.h"
-#include "clformer/buffer.h"
-#include "clformer/crossentropy.h"
-#include "clformer/elementwise.h"
-#include "clformer/embedding.h"
+#include "clformer/ops.h"
+#include "clformer/runtime.h"
 #include "clformer/gemm.h"
-#include "clformer/layernorm.h"
 #include "clformer/model.h"
-#include "clformer/optimizer.h"
-#include "clformer/philox.h"
+#include "clformer/base.h"
 #include "runtime/runtime.h"
 
 typedef struct layer_params {  /* offsets into the flat parameter buffer */
@@ -169,7 +164,7 @@ cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, c
   m->NH = cfg->model.heads;
   m->F = cfg->model.d_ff;
   m->L = cfg->model.layers;
-  m->V = 256;
+  m->V = CF_MODEL_VOCAB;
   m->act = cfg->model.activation == 0 ? CF_ACT_RELU : cfg->model.activation == 1 ? CF_ACT_GELU_TANH : CF_ACT_GELU_ERF;
   m->lp = calloc((size_t)m->L, sizeof *m->lp);
   m->la = calloc((size_t)m->L, sizeof *m->la);
@@ -595,4 +590,45 @@ cf_status cf_model_read(cf_model *m, int which, float *host) {
 cf_status cf_model_write(cf_model *m, int which, const float *host) {
   if (!flat_present(m, which)) return CF_OK;
   return cf_write(m->ctx, cf_at(flat(m, which), 0), host, m->nparams);
+}
+
+/* ---------- the shapes ---------- */
+
+int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
+  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
+  size_t F = (size_t)cfg->model.d_ff, V = CF_MODEL_VOCAB, T = (size_t)cfg->data.seq_len;
+  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
+  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
+  size_t BNH = (size_t)cfg->data.batch_size * NH;
+  struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
+                                                         {"fc2", C, F}, {"logits", V, C}};
+  int n = 0;
+  for (int i = 0; i < 5; i++) {
+    int per_step = i < 4 ? layers : 1;  /* the logits' projection once, the others in every block */
+    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
+    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
+    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
+    snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
+    snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
+    snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
+    sh[n++] = f;
+    sh[n++] = dw;
+    sh[n++] = dx;
+  }
+  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
+  for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
+  return n;
+}
+
+double cf_model_gemm_flops(const cf_config *cfg) {
+  cf_gemm_shape sh[CF_GEMM_MAX_SHAPES];
+  double flops = 0;
+  for (int i = 0, n = cf_model_gemm_shapes(cfg, sh); i < n; i++)
+    flops += 2.0 * (double)sh[i].M * (double)sh[i].N * (double)sh[i].K * (double)sh[i].batch * sh[i].per_step;
+  return flops;
 }

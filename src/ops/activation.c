@@ -2,7 +2,7 @@
  * instance per activation: <kernel>_<cf_activation_name>). */
 #include <limits.h>
 #include <stdio.h>
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
 #include "runtime/runtime.h"
 
 const char *cf_activation_name(cf_activation act) {

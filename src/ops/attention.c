@@ -10,7 +10,7 @@
  * The GEMMs compute the full T x T products; the causal half they waste is the price of
  * using CLBlast's tuned batched kernels (a fused kernel would skip it). */
 #include <math.h>
-#include "clformer/attention.h"
+#include "clformer/ops.h"
 #include "clformer/gemm.h"
 #include "runtime/runtime.h"
 

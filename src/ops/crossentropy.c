@@ -1,5 +1,5 @@
 /* Launchers for the fused softmax cross-entropy kernels (cl/crossentropy.cl). */
-#include "clformer/crossentropy.h"
+#include "clformer/ops.h"
 #include "runtime/runtime.h"
 
 /* On CPUs the row kernels take one row per work-item (cl/crossentropy.cl): N items in groups of

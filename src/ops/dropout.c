@@ -1,8 +1,8 @@
 /* Inverted dropout keyed by Philox (kernels in cl/dropout.cl, mask in cl/dropout.clh), and its
  * host twin. p == 0 is an exact identity: nothing is launched. */
 #include <limits.h>
-#include "clformer/elementwise.h"
-#include "clformer/philox.h"
+#include "clformer/ops.h"
+#include "clformer/base.h"
 #include "ops/dropout_internal.h"
 #include "runtime/runtime.h"
 

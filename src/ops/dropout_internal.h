@@ -3,7 +3,7 @@
 #ifndef CLFORMER_DROPOUT_INTERNAL_H
 #define CLFORMER_DROPOUT_INTERNAL_H
 
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
 
 cf_status cf_dropout_check(cf_dropout d, size_t n);
 void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);

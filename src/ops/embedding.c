@@ -1,5 +1,5 @@
 /* Launchers for the embedding kernels (cl/embedding.cl): argument checks and launch shapes. */
-#include "clformer/embedding.h"
+#include "clformer/ops.h"
 #include "runtime/runtime.h"
 
 static cf_status check_dims(int B, int T, int C, int V) {

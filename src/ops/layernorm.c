@@ -2,7 +2,7 @@
  * dropout in front of it. Forward: one work-group per row (on CPUs one work-item per row, in groups
  * of LN_CPU_ROWS; the column reduction one item per 64 columns). Backward: the column reduction
  * for dweight/dbias runs first, then the row kernel, so that dinp may overwrite dout. */
-#include "clformer/layernorm.h"
+#include "clformer/ops.h"
 #include "ops/dropout_internal.h"
 #include "runtime/runtime.h"
 

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "clformer/optimizer.h"
+#include "clformer/ops.h"
 #include "runtime/runtime.h"
 
 /* Blocks of about this many elements per work-group for the norms; capped so the finishing

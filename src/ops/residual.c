@@ -1,7 +1,7 @@
 /* Residual adds (plain and fused with dropout) and the small helpers scale, add and copy
  * (kernels in cl/residual.cl and cl/elementwise.cl). */
 #include <limits.h>
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
 #include "runtime/runtime.h"
 
 /* from dropout.c */

@@ -4,8 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/attention.h"
-#include "clformer/philox.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
+#include "clformer/base.h"
 
 /* Dropout factor of element i of att (B, NH, T, T): 1/(1-p) if kept, else 0. */
 static double keep_factor(cf_attn_dropout drop, size_t i) {

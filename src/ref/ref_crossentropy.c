@@ -1,6 +1,7 @@
 /* Double-precision references for softmax cross-entropy with label smoothing. */
 #include <math.h>
-#include "clformer/crossentropy.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 
 static int counted(int t, int V, int ignore_index) { return t != ignore_index && t >= 0 && t < V; }
 

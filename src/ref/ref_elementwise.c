@@ -1,6 +1,7 @@
 /* Double-precision references of the elementwise family (float inputs as the device saw them). */
 #include <math.h>
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 
 #define GELU_K 0.79788456080286535588  /* sqrt(2/pi) */
 #define GELU_A 0.044715

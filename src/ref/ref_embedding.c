@@ -1,6 +1,7 @@
 /* Double-precision references for the embeddings (the device's fp32 twin is cl/embedding.cl). */
 #include <math.h>
-#include "clformer/embedding.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 
 double ref_sinusoid(int t, int c, int C) {
   double w = pow(10000.0, -(double)(c & ~1) / (double)C);

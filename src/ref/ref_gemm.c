@@ -1,5 +1,6 @@
 /* Double-precision reference GEMM (row-major), for tests and the device self-test. */
 #include "clformer/gemm.h"
+#include "clformer/ref.h"
 
 void ref_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, double alpha, const float *A, size_t lda,
               const float *B, size_t ldb, double beta, double *C, size_t ldc) {

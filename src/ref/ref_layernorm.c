@@ -1,7 +1,8 @@
 /* Double-precision LayerNorm references (float inputs as the device saw them), plain and fused
  * with the residual add and dropout in front of it. */
 #include <math.h>
-#include "clformer/layernorm.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 
 /* The rows of x, given in float (xf) or in double (xd, when xf is NULL). */
 static void ln_forward(double *out, double *mean, double *rstd, const float *xf, const double *xd,

@@ -1,6 +1,7 @@
 /* Double-precision references for the optimizers, norms and clipping. */
 #include <math.h>
-#include "clformer/optimizer.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 
 double ref_clip_scale(double norm, double clip_norm) {
   if (!(clip_norm > 0)) return 1.0;

@@ -3,9 +3,7 @@
 #define CLFORMER_RUNTIME_RUNTIME_H
 
 #include "base/base.h"
-#include "clformer/buffer.h"
-#include "clformer/device.h"
-#include "clformer/program.h"
+#include "clformer/runtime.h"
 
 typedef struct cf_loaded_program {
   char name[64];

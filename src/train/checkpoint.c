@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/safetensors.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "clformer/safetensors.h"
+#include "clformer/train.h"
 #include "runtime/runtime.h"
 
 /* ---------- writing ---------- */

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "clformer/buffer.h"
-#include "clformer/elementwise.h"
+#include "clformer/runtime.h"
+#include "clformer/ops.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 

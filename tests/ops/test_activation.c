@@ -4,7 +4,8 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 #include "testutil.h"
 
 static const cf_activation ACTS[] = {CF_ACT_RELU, CF_ACT_GELU_TANH, CF_ACT_GELU_ERF};

@@ -6,8 +6,9 @@
  * inference forward is checked on every case against the reference without dropout. */
 #include <math.h>
 #include <string.h>
-#include "clformer/attention.h"
-#include "clformer/buffer.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
+#include "clformer/runtime.h"
 #include "base/base.h"  /* cf_now */
 #include "testutil.h"
 

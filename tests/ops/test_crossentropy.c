@@ -4,7 +4,8 @@
  * backward against the same references and (on CPUs) the separate launches' bits. */
 #include <math.h>
 #include <string.h>
-#include "clformer/crossentropy.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 #include "testutil.h"
 
 #define ATOL 1e-5

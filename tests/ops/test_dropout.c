@@ -3,8 +3,9 @@
  * p == 0 as an untouched buffer, mask statistics, bit-identical reruns, bad p. */
 #include <math.h>
 #include <string.h>
-#include "clformer/elementwise.h"
-#include "clformer/philox.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
+#include "clformer/base.h"
 #include "testutil.h"
 
 /* Random123's known-answer vectors for philox4x32_10. */

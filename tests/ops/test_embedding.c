@@ -4,7 +4,8 @@
  * reference forward, and bit-identical repeats. */
 #include <math.h>
 #include <string.h>
-#include "clformer/embedding.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 #include "testutil.h"
 
 #define ATOL 1e-5

@@ -4,8 +4,9 @@
  * modes, bad arguments; on a CPU also the work-group-per-row kernels other devices run. */
 #include <math.h>
 #include <string.h>
-#include "clformer/buffer.h"
-#include "clformer/layernorm.h"
+#include "clformer/runtime.h"
+#include "clformer/ref.h"
+#include "clformer/ops.h"
 #include "testutil.h"
 
 /* Device output compared with a reference that starts at a float array (the += outputs). */

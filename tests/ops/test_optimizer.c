@@ -2,7 +2,8 @@
  * references in src/ref_optimizer.c, fed the same float state the device saw at every step. */
 #include <math.h>
 #include <string.h>
-#include "clformer/optimizer.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 #include "testutil.h"
 
 #define ATOL 1e-5

@@ -4,7 +4,8 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include "clformer/elementwise.h"
+#include "clformer/ops.h"
+#include "clformer/ref.h"
 #include "testutil.h"
 
 /* out = a + b, then out = res + dropout(branch) for p = 0 and p > 0, each also in place. */

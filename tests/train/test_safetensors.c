@@ -2,7 +2,7 @@
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
 #include <unistd.h>
-#include "clformer/safetensors.h"
+#include "clformer/train.h"
 #include "testutil.h"
 
 static void write_bytes(const char *path, const char *data, size_t n) {

@@ -1,11 +1,70 @@
+/* clformer/runtime.h: the OpenCL layer: devices and contexts, programs and kernel launches, buffers. */
+#ifndef CLFORMER_RUNTIME_H
+#define CLFORMER_RUNTIME_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <CL/cl.h>
+#include "clformer/base.h"
+
+/* OpenCL devices: enumeration, selection by a spec string, and the context that owns the
+ * chosen device's queue. Not here: kernels (program.h) and buffers (buffer.h). */
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001 /* from cl_khr_icd: no platform installed */
+#endif
+
+typedef struct cf_device_info {
+  int platform_index, device_index;   /* the P:D of the spec */
+  cl_platform_id platform;
+  cl_device_id device;
+  char platform_name[256], platform_version[256];
+  char name[256], vendor[256], driver_version[256], device_version[256], opencl_c_version[256];
+  cl_device_type type;
+  unsigned compute_units, clock_mhz;
+  unsigned long long global_mem, local_mem, max_alloc;
+  size_t max_work_group;
+  int fp16, fp64;
+} cf_device_info;
+
+/* All devices of all platforms, in platform then device order. *list is malloc'd (free it).
+ * Returns CL_PLATFORM_NOT_FOUND_KHR (-1001) when no OpenCL platform is installed. */
+cf_status cf_device_list(cf_device_info **list, int *count);
+
+/* Index into list of the device a spec names: "auto" (first GPU, else accelerator, else CPU),
+ * "P:D", "gpu", "cpu", "accelerator", or a case-insensitive substring of platform or device
+ * name (first match). NULL or "" means "auto". CF_ERR_NO_DEVICE when nothing matches. */
+cf_status cf_device_select(const cf_device_info *list, int count, const char *spec, int *index);
+
+/* The spec in force: the command line's, else $CLFORMER_DEVICE, else the config's, else "auto". */
+const char *cf_device_spec_resolve(const char *cli_spec, const char *config_spec);
+
+/* "GPU", "CPU", "accelerator", ... */
+const char *cf_device_type_str(cl_device_type type);
+
+/* Print the device table (or JSON) to f; marks the device `auto` picks. */
+void cf_device_print_table(FILE *f, const cf_device_info *list, int count, int auto_index);
+void cf_device_print_json(FILE *f, const cf_device_info *list, int count, int auto_index);
+
+typedef struct cf_context cf_context;
+
+typedef struct cf_context_options {
+  const char *device_spec;  /* NULL: $CLFORMER_DEVICE, else "auto" */
+  int profiling;            /* create the queue with profiling enabled (bench) */
+} cf_context_options;
+
+/* Open the device the spec selects. On CF_ERR_NO_DEVICE the message lists the devices. */
+cf_status cf_context_create(const cf_context_options *opts, cf_context **out);
+void cf_context_free(cf_context *ctx); /* NULL is a no-op */
+
+const cf_device_info *cf_context_device(const cf_context *ctx);
+cl_context cf_context_cl(const cf_context *ctx);
+cl_command_queue cf_context_queue(const cf_context *ctx);
+/* Blocks until all queued work is done. */
+cf_status cf_context_finish(cf_context *ctx);
+
 /* Kernel programs: the .cl sources in cl/ (embedded at build time, or read from
  * $CLFORMER_KERNEL_DIR), built once per context with a prepended #define block, cached as
  * binaries on disk, and a small argument builder for launching their kernels. */
-#ifndef CLFORMER_PROGRAM_H
-#define CLFORMER_PROGRAM_H
-
-#include "clformer/device.h"
-
 /* The kernel named `kernel` from program `program` (cl/<program>.cl). The program is built on
  * first use (from the disk cache when possible); the kernel object is owned by the context. */
 cf_status cf_kernel_get(cf_context *ctx, const char *program, const char *kernel, cl_kernel *out);
@@ -113,5 +172,14 @@ cl_event *cf_profile_slot(cf_context *ctx, const char *name);
 
 /* Round n up to a multiple of m. */
 static inline size_t cf_round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* Device buffers: create, copy to and from the host, fill. Thin checked wrappers. */
+cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out);
+void cf_buffer_free(cl_mem buf); /* NULL is a no-op */
+/* Blocking copies of n floats (or 4-byte ints) at m. */
+cf_status cf_write(cf_context *ctx, cf_mem m, const void *src, size_t n);
+cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n);
+/* Set n floats at m to value (one kernel, no host copy). */
+cf_status cf_fill(cf_context *ctx, cf_mem m, float value, size_t n);
 
 #endif

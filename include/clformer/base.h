@@ -1,9 +1,12 @@
+/* clformer/base.h: status codes and the counter-based random numbers every layer shares. */
+#ifndef CLFORMER_BASE_H
+#define CLFORMER_BASE_H
+
+#include <stdint.h>
+
 /* Status codes. OpenCL's negative codes pass through unchanged, CLBlast's own codes
  * (-1024..-1007, -2050..-2039) too; clformer's own codes live in -5000..-5099.
  * cf_status_str() names every one of them. */
-#ifndef CLFORMER_STATUS_H
-#define CLFORMER_STATUS_H
-
 typedef int cf_status;
 
 enum {
@@ -33,5 +36,12 @@ void cf_clear_error(void);
  * Initialised from CLFORMER_VERBOSE. */
 void cf_set_verbosity(int level);
 int cf_verbosity(void);
+
+/* Philox4x32-10 on the host: the twin of cl/philox.clh, for references and tests. */
+void cf_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* Words for elements 4*group .. 4*group+3: key (seed, tensor_id), counter (group, step, 0, 0). */
+void cf_random_bits(uint32_t seed, uint32_t step, uint32_t tensor_id, uint32_t group, uint32_t out[4]);
+/* Element i's uniform in [0, 1): word i%4 of group i/4, top 24 bits. */
+float cf_random_uniform(uint32_t seed, uint32_t step, uint32_t tensor_id, uint32_t i);
 
 #endif
