@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev clinfo
+packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev libjansson-dev clinfo
           bible-kjv clblast-utils libopenblas0 "$@")
 missing=()
 for p in "${packages[@]}"; do
