@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include "clformer/base.h"
+#include "clformer/train.h"
 
 /* Called after each unit of work: done of total finished, `what` the one just finished. */
 typedef void (*cf_progress_fn)(void *user, int done, int total, const char *what, double elapsed_s, double eta_s);
@@ -21,6 +22,7 @@ typedef struct cf_compare_options {
   int log_steps;               /* log-scaled step axis in curves.svg */
   int report_only;             /* train nothing; rewrite the summary from the runs present */
   FILE *report;                /* one line per skipped or diverged run and the files written; NULL: none */
+  cf_train_hooks hooks;        /* every run's progress; a stop request ends the comparison after that run */
 } cf_compare_options;
 /* Runs the comparison's variants in turn (each a training run that reports its own progress) and
  * writes OUT/summary.md, summary.json and curves.svg. *interrupted is set when a run stopped on a

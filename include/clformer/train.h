@@ -67,24 +67,63 @@ cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_s
  * the config stored in the file. */
 cf_status cf_checkpoint_load(cf_model *m, const char *path, cf_train_state *st, char **cfg_yaml);
 
+/* What a run tells its caller as it goes (the library never prints progress itself). */
+typedef enum cf_train_event_kind {
+  CF_TRAIN_STARTED,   /* model and data ready: the fields below marked (start) are set */
+  CF_TRAIN_LOGGED,    /* a progress row (every train.log_every steps, at evaluations and the last step) */
+  CF_TRAIN_TICK,      /* a step between rows (only when hooks.ticks is set): step and steps */
+  CF_TRAIN_DIVERGED,  /* the run diverged at `step`: train_loss and grad_norm (NAN: the validation loss) */
+  CF_TRAIN_STOPPED,   /* stopped on request after `step`, its checkpoint saved */
+} cf_train_event_kind;
+
+typedef struct cf_train_event {
+  cf_train_event_kind kind;
+  const char *label;                             /* cf_train_options.label, or NULL */
+  const char *dir;                               /* the run directory */
+  int step, steps;
+  double lr, train_loss, valid_loss, grad_norm;  /* valid_loss NAN: not evaluated at this step */
+  double tokens_per_s, elapsed_s, eta_s;
+  int checkpoint_step;                           /* DIVERGED: the last good checkpoint's step, 0 if none */
+  /* (start) */
+  int resumed;                                   /* continuing after `step` */
+  double params, device_bytes;
+  size_t train_bytes, valid_bytes;
+  double unigram_entropy;
+  const cf_config *cfg;
+  const char *device_name;
+} cf_train_event;
+
+/* The caller's side of a run: progress and stop requests. All optional. */
+typedef struct cf_train_hooks {
+  void (*progress)(void *user, const cf_train_event *e);
+  /* polled once per step; non-zero stops the run after that step with a checkpoint (SIGINT in the CLI) */
+  int (*should_stop)(void *user);
+  void *user;
+  int ticks;                /* also send CF_TRAIN_TICK between rows (a live bar on a terminal) */
+} cf_train_hooks;
+
 typedef struct cf_train_options {
   const char *resume_dir;   /* continue the run in this directory (its checkpoint) */
-  int quiet;                /* no progress lines (errors still print) */
-  const char *label;        /* prefix for progress lines, e.g. a comparison's variant */
-  const char *resume_hint;   /* how to continue after Ctrl-C (default: "resume with --resume DIR") */
+  const char *label;        /* this run's name in its events (a comparison's variant); NULL: none */
   long eta_extra_steps;     /* steps of other runs after this one (a comparison), for a combined ETA */
+  cf_train_hooks hooks;
 } cf_train_options;
 
 typedef struct cf_train_result {
   cf_train_state state;
   double final_valid, final_train;
   double tokens_per_s;
-  int interrupted;          /* stopped by SIGINT/SIGTERM after checkpointing */
+  int interrupted;          /* stopped by hooks.should_stop after checkpointing */
 } cf_train_result;
 
 /* Run (or resume) training as the config says, into cfg->train.out. A diverged run is not an
  * error: it returns CF_OK with state.diverged_step set and the last good checkpoint kept. */
 cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options *opts, cf_train_result *res);
+
+/* One optimizer step on one batch (B*T inputs and targets): forward with dropout, backward, the
+ * gradient norm, the update at learning rate lr, and the batch's loss added into loss_acc (one
+ * device float). The same step for `train` and `bench step`. */
+cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc);
 
 /* Mean validation loss over the config's fixed validation batches. */
 cf_status cf_evaluate(cf_model *m, const cf_data *d, const cf_config *cfg, double *loss);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "app/cli.h"
+#include "app/progress.h"
 #include "clformer/experiments.h"
 
 static const char *usage =
@@ -41,8 +42,12 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!ea.path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
   o.path = ea.path, o.sets = ea.sets, o.nsets = ea.nsets, o.seeds = ea.seeds, o.device = ea.device, o.out = ea.out;
+  cf_cli_progress progress = {.resume_hint = "run the same compare command again"};
+  o.hooks = cf_cli_train_hooks(&progress);
   int interrupted = 0;
+  cf_cli_signals_catch();
   cf_status st = cf_compare(&o, &interrupted);
+  cf_cli_signals_restore();
   if (st != CF_OK) return cf_exit_code(st);
-  return interrupted ? 130 : 0;
+  return interrupted || cf_cli_stop_requested() ? 130 : 0;
 }

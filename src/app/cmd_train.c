@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "app/cli.h"
+#include "app/progress.h"
 #include "clformer/check.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
@@ -51,9 +52,12 @@ int cmd_train(int argc, char **argv) {
     cf_context_free(ctx);
     return 1;
   }
-  cf_train_options to = {.resume_dir = resume, .quiet = quiet};
+  cf_cli_progress progress = {.quiet = quiet};
+  cf_train_options to = {.resume_dir = resume, .hooks = cf_cli_train_hooks(&progress)};
   cf_train_result res;
+  cf_cli_signals_catch();
   st = cf_train(ctx, &cfg, &to, &res);
+  cf_cli_signals_restore();
   cf_context_free(ctx);
   if (st != CF_OK) return cf_exit_code(st);
   if (res.state.diverged_step) return 3;

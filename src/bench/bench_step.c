@@ -240,11 +240,7 @@ typedef struct stepper {
 
 static cf_status one_step(cf_context *ctx, stepper *s) {
   s->step++;
-  CF_TRY(cf_model_forward(s->m, s->in, s->tg, (uint32_t)s->step, 1));
-  CF_TRY(cf_model_backward(s->m));
-  CF_TRY(cf_model_grad_norm(s->m));
-  CF_TRY(cf_model_update(s->m, s->lr, s->step));
-  CF_TRY(cf_model_add_loss(s->m, cf_at(s->acc, 0)));
+  CF_TRY(cf_train_step(s->m, s->in, s->tg, s->step, s->lr, cf_at(s->acc, 0)));
   return cf_context_finish(ctx);
 }
 

@@ -15,6 +15,7 @@
 #include "config/config_yaml.h"
 #include "runtime/runtime.h"
 #include "experiments/svg.h"
+#include "train/records.h"
 
 typedef struct variant {
   char name[64];
@@ -169,18 +170,12 @@ static void run_dir(const spec *s, int vi, int seed_k, char *buf, size_t n) {
   snprintf(buf, n, "%s", use_seeded ? seeded : single);
 }
 
-/* "finished", "diverged", "interrupted", or "" (no run.json) */
+/* "finished", "diverged", "interrupted", or "" (no readable run.json) */
 static void run_status(const char *dir, char *status, size_t n) {
-  char p[2200], *text;
-  status[0] = 0;
-  snprintf(p, sizeof p, "%s/run.json", dir);
+  cf_run_record rec;
   int v = cf_verbosity();
   cf_set_verbosity(-1);
-  if (cf_read_file(p, &text, NULL) == CF_OK) {
-    const char *q = strstr(text, "\"status\": \"");
-    if (q) snprintf(status, n, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
-    free(text);
-  }
+  snprintf(status, n, "%s", cf_run_record_read(dir, &rec) == CF_OK ? rec.status : "");
   cf_set_verbosity(v);
   cf_clear_error();
 }
@@ -209,56 +204,34 @@ static cf_status check_run(const spec *s, int vi, int k, const char *dir, int *s
   return CF_OK;
 }
 
-static double parse_field(const char *s, int *ok) {
-  char *end;
-  double v = strtod(s, &end);
-  *ok = end != s;
-  return *ok ? v : NAN;
-}
-
 static void read_run(const spec *s, const cf_config *cfg, const char *dir, double entropy, run_rec *r) {
   memset(r, 0, sizeof *r);
   r->final_valid = r->best_valid = NAN;
   r->step_to_target = -1;
   char status[32];
   run_status(dir, status, sizeof status);
-  if (strcmp(status, "finished") && strcmp(status, "diverged")) return;
-  char p[2200], *text;
-  snprintf(p, sizeof p, "%s/metrics.csv", dir);
-  if (cf_read_file(p, &text, NULL) != CF_OK) return;
-  int cap = 1;
-  for (char *c = text; *c; c++) cap += *c == '\n';
-  r->step = malloc((size_t)cap * sizeof(double));
-  r->lr = malloc((size_t)cap * sizeof(double));
-  r->train = malloc((size_t)cap * sizeof(double));
-  r->valid = malloc((size_t)cap * sizeof(double));
-  char *save, *line = strtok_r(text, "\n", &save);
-  for (line = strtok_r(NULL, "\n", &save); line && r->step; line = strtok_r(NULL, "\n", &save)) {
-    char *f[8];
-    int nf = 0;
-    for (char *c = line; nf < 8; ) {
-      f[nf++] = c;
-      c = strchr(c, ',');
-      if (!c) break;
-      *c++ = 0;
+  cf_metrics_row *rows;
+  if ((strcmp(status, "finished") && strcmp(status, "diverged")) || cf_metrics_read(dir, &rows, &r->n) != CF_OK) return;
+  r->step = malloc((size_t)(r->n + 1) * sizeof(double));
+  r->lr = malloc((size_t)(r->n + 1) * sizeof(double));
+  r->train = malloc((size_t)(r->n + 1) * sizeof(double));
+  r->valid = malloc((size_t)(r->n + 1) * sizeof(double));
+  if (!r->step || !r->lr || !r->train || !r->valid) r->n = 0;
+  for (int i = 0; i < r->n; i++) {
+    const cf_metrics_row *w = &rows[i];
+    r->step[i] = w->step;
+    r->lr[i] = w->lr;
+    r->train[i] = w->train_loss;
+    r->valid[i] = w->valid_loss;
+    r->wall_s = w->wall_s;
+    r->steps_done = w->step;
+    if (isfinite(w->valid_loss)) {
+      r->final_valid = w->valid_loss;
+      if (!(w->valid_loss >= r->best_valid)) r->best_valid = w->valid_loss;
+      if (r->step_to_target < 0 && isfinite(s->target_loss) && w->valid_loss <= s->target_loss) r->step_to_target = w->step;
     }
-    if (nf < 7) continue;
-    int ok;
-    r->step[r->n] = parse_field(f[0], &ok);
-    r->lr[r->n] = parse_field(f[1], &ok);
-    r->train[r->n] = parse_field(f[2], &ok);
-    r->valid[r->n] = parse_field(f[3], &ok);
-    r->wall_s = parse_field(f[6], &ok);
-    double v = r->valid[r->n];
-    if (isfinite(v)) {
-      r->final_valid = v;
-      if (!(v >= r->best_valid)) r->best_valid = v;
-      if (r->step_to_target < 0 && isfinite(s->target_loss) && v <= s->target_loss) r->step_to_target = (int)r->step[r->n];
-    }
-    r->steps_done = (int)r->step[r->n];
-    r->n++;
   }
-  free(text);
+  free(rows);
   /* the run's average speed (a resumed run's wall time spans its sessions) */
   r->tokens_per_s = r->wall_s > 0 ? (double)r->steps_done * cfg->data.batch_size * cfg->data.seq_len / r->wall_s : NAN;
   r->present = 1;
@@ -605,6 +578,10 @@ cf_status cf_compare(const cf_compare_options *o, int *interrupted_out) {
     for (int i = 0; i < s.nv && st == CF_OK && !interrupted; i++) {
       if (only_i >= 0 && i != only_i) continue;
       for (int k = 0; k < s.seeds && st == CF_OK && !interrupted; k++) {
+        if (o->hooks.should_stop && o->hooks.should_stop(o->hooks.user)) {
+          interrupted = 1;
+          break;
+        }
         idx++;
         char dir[1200], status[32], label[200];
         run_dir(&s, i, k, dir, sizeof dir);
@@ -626,7 +603,7 @@ cf_status cf_compare(const cf_compare_options *o, int *interrupted_out) {
         if (!resume) remove_leftovers(dir);
         remaining -= c.train.steps;
         cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = remaining,
-                               .resume_hint = "run the same compare command again"};
+                               .hooks = o->hooks};
         cf_train_result res;
         st = cf_train(ctx, &c, &to, &res);
         if (st == CF_OK && res.interrupted) interrupted = 1;

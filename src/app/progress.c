@@ -1,0 +1,95 @@
+/* Progress lines of `train` and `compare`, and their Ctrl-C. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#include "app/progress.h"
+
+static volatile sig_atomic_t stop_signal;
+static struct sigaction old_int, old_term;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+void cf_cli_signals_catch(void) {
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  stop_signal = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+}
+
+void cf_cli_signals_restore(void) {
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+}
+
+int cf_cli_stop_requested(void) { return stop_signal != 0; }
+
+static int should_stop(void *user) { return cf_cli_stop_requested(); }
+
+static void format_duration(char *buf, size_t n, double s) {
+  if (!isfinite(s) || s < 0) { snprintf(buf, n, "?"); return; }
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void print_started(const cf_train_event *e, const char *label, const char *sep) {
+  const cf_config *cfg = e->cfg;
+  printf("%s%s%s-LN, %d layers, d_model %d, %d heads, d_ff %d: %.2fM parameters, %.1f MiB of device memory on %s\n",
+         label, sep, cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers, cfg->model.d_model,
+         cfg->model.heads, cfg->model.d_ff, e->params / 1e6, e->device_bytes / 1048576.0, e->device_name);
+  printf("%s%sdata: %zu training and %zu validation bytes, unigram entropy %.3f nats/byte; %s step %d of %d\n", label,
+         sep, e->train_bytes, e->valid_bytes, e->unigram_entropy, e->resumed ? "resuming after" : "starting at", e->step,
+         e->steps);
+}
+
+static void print_row(const cf_train_event *e, const char *label, const char *sep, int tty) {
+  char el[32], eta[32], vbuf[32] = "";
+  format_duration(el, sizeof el, e->elapsed_s);
+  format_duration(eta, sizeof eta, e->eta_s);
+  if (!isnan(e->valid_loss)) snprintf(vbuf, sizeof vbuf, " | valid %.4f", e->valid_loss);
+  printf("%s%s%sstep %*d/%d | loss %.4f%s | lr %.2e | gnorm %.3g | %.0f tok/s | %s | ETA %s\n", tty ? "\r\033[K" : "",
+         label, sep, (int)snprintf(NULL, 0, "%d", e->steps), e->step, e->steps, e->train_loss, vbuf, e->lr, e->grad_norm,
+         e->tokens_per_s, el, eta);
+}
+
+static void print_diverged(const cf_train_event *e, const char *label, const char *sep) {
+  if (isnan(e->train_loss) && isnan(e->grad_norm)) {
+    printf("%s%sstep %d: the validation loss is not finite: the run diverged\n", label, sep, e->step);
+    return;
+  }
+  printf("%s%sstep %d: loss %g, gradient norm %g (not finite, or above 3 ln 256): the run diverged; ", label, sep,
+         e->step, e->train_loss, e->grad_norm);
+  if (e->checkpoint_step) printf("the last good checkpoint is kept, from step %d\n", e->checkpoint_step);
+  else printf("it diverged before its first checkpoint\n");
+}
+
+static void show(void *user, const cf_train_event *e) {
+  const cf_cli_progress *p = user;
+  if (p->quiet) return;
+  const char *label = e->label ? e->label : "", *sep = e->label ? " | " : "";
+  switch (e->kind) {
+    case CF_TRAIN_STARTED: print_started(e, label, sep); break;
+    case CF_TRAIN_LOGGED: print_row(e, label, sep, p->tty); break;
+    case CF_TRAIN_DIVERGED: print_diverged(e, label, sep); break;
+    case CF_TRAIN_TICK: {
+      int width = 30, done_w = (int)((double)width * e->step / e->steps);
+      printf("\r\033[K%s%s[%.*s%*s] %d/%d", label, sep, done_w, "##############################", width - done_w, "",
+             e->step, e->steps);
+      break;
+    }
+    case CF_TRAIN_STOPPED:
+      if (p->resume_hint) printf("%s%sstopped by signal after step %d; checkpoint saved: %s\n", label, sep, e->step,
+                                 p->resume_hint);
+      else printf("%s%sstopped by signal after step %d; checkpoint saved: resume with --resume %s\n", label, sep,
+                  e->step, e->dir);
+      break;
+  }
+  fflush(stdout);
+}
+
+cf_train_hooks cf_cli_train_hooks(cf_cli_progress *p) {
+  p->tty = isatty(STDOUT_FILENO) && !p->quiet;
+  return (cf_train_hooks){.progress = show, .should_stop = should_stop, .user = p, .ticks = p->tty};
+}
