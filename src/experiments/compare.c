@@ -532,122 +532,147 @@ static void remove_leftovers(const char *dir) {
   }
 }
 
-cf_status cf_compare(const cf_compare_options *o, int *interrupted_out) {
-  *interrupted_out = 0;
-  spec s;
-  cf_status st = parse_spec(&s, o->path, o->sets, o->nsets);
-  if (st != CF_OK) {
-    free(s.v);
-    return st;
-  }
-  if (o->seeds) s.seeds = o->seeds;
-  if (o->out) snprintf(s.out, sizeof s.out, "%s", o->out);
-  int only_i = -1;
-  if (o->only) {
-    for (int i = 0; i < s.nv; i++) if (!strcmp(s.v[i].name, o->only)) only_i = i;
-    if (only_i < 0) {
-      char names[1024] = "";
-      for (int i = 0; i < s.nv; i++) snprintf(names + strlen(names), sizeof names - strlen(names), " %s", s.v[i].name);
-      free(s.v);
-      return CF_FAIL(CF_ERR_CONFIG, "no variant named '%s'; the variants are:%s", o->only, names);
-    }
-  }
-  cf_data data;  /* for the unigram entropy (and to fail early on a missing corpus) */
-  if ((st = cf_data_open(&data, &s.base)) != CF_OK) { free(s.v); return st; }
-  double entropy = data.unigram_entropy;
-  cf_data_close(&data);
-  if ((st = cf_mkdirs(s.out)) != CF_OK) { free(s.v); return st; }
-  int interrupted = 0;
-  if (!o->report_only) {
-    cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s.base.device)};
-    cf_context *ctx;
-    st = cf_context_create(&co, &ctx);
-    if (st != CF_OK) { free(s.v); return st; }
-    if ((st = cf_selftest_ensure(ctx)) != CF_OK) { cf_context_free(ctx); free(s.v); return st; }
-    /* steps still to run, for the comparison's ETA */
-    long remaining = 0;
-    for (int i = 0; i < s.nv; i++)
-      for (int k = 0; k < s.seeds; k++) {
-        if (only_i >= 0 && i != only_i) continue;
-        char dir[1200], status[32];
-        run_dir(&s, i, k, dir, sizeof dir);
-        run_status(dir, status, sizeof status);
-        if (strcmp(status, "finished") && strcmp(status, "diverged")) remaining += s.v[i].cfg.train.steps;
-      }
-    int total = (only_i >= 0 ? 1 : s.nv) * s.seeds, idx = 0;
-    for (int i = 0; i < s.nv && st == CF_OK && !interrupted; i++) {
+/* The index of the variant named `only` (-1 for NULL: all of them). */
+static cf_status find_variant(const spec *s, const char *only, int *index) {
+  *index = -1;
+  if (!only) return CF_OK;
+  for (int i = 0; i < s->nv; i++)
+    if (!strcmp(s->v[i].name, only)) *index = i;
+  if (*index >= 0) return CF_OK;
+  char names[1024] = "";
+  for (int i = 0; i < s->nv; i++) snprintf(names + strlen(names), sizeof names - strlen(names), " %s", s->v[i].name);
+  return CF_FAIL(CF_ERR_CONFIG, "no variant named '%s'; the variants are:%s", only, names);
+}
+
+static int finished(const char *status) { return !strcmp(status, "finished") || !strcmp(status, "diverged"); }
+
+/* Steps still to train over the runs this command covers, for the comparison's ETA. */
+static long steps_remaining(const spec *s, int only_i) {
+  long remaining = 0;
+  for (int i = 0; i < s->nv; i++)
+    for (int k = 0; k < s->seeds; k++) {
+      char dir[1200], status[32];
       if (only_i >= 0 && i != only_i) continue;
-      for (int k = 0; k < s.seeds && st == CF_OK && !interrupted; k++) {
-        if (o->hooks.should_stop && o->hooks.should_stop(o->hooks.user)) {
-          interrupted = 1;
-          break;
-        }
-        idx++;
-        char dir[1200], status[32], label[200];
-        run_dir(&s, i, k, dir, sizeof dir);
-        run_status(dir, status, sizeof status);
-        if (s.seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed %llu]", idx, total, s.v[i].name,
-                                  s.v[i].cfg.seed + (unsigned long long)k);
-        else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s.v[i].name);
-        cf_config c = s.v[i].cfg;
-        c.seed += (unsigned long long)k;
-        int saved_steps = 0;
-        if ((st = check_run(&s, i, k, dir, &saved_steps)) != CF_OK) break;
-        if (!strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= c.train.steps)) {
-          if (o->report) fprintf(o->report, "%s already %s: skipped\n", label, status);
-          continue;
-        }
-        if (strlen(dir) >= sizeof c.train.out) { st = CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", dir); break; }
-        memcpy(c.train.out, dir, strlen(dir) + 1);
-        int resume = exists(dir, "checkpoint.safetensors");
-        if (!resume) remove_leftovers(dir);
-        remaining -= c.train.steps;
-        cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = remaining,
-                               .hooks = o->hooks};
-        cf_train_result res;
-        st = cf_train(ctx, &c, &to, &res);
-        if (st == CF_OK && res.interrupted) interrupted = 1;
-        if (st == CF_OK && res.state.diverged_step && o->report)
-          fprintf(o->report, "%s diverged at step %d\n", label, res.state.diverged_step);
-      }
+      run_dir(s, i, k, dir, sizeof dir);
+      run_status(dir, status, sizeof status);
+      if (!finished(status)) remaining += s->v[i].cfg.train.steps;
     }
-    cf_context_free(ctx);
+  return remaining;
+}
+
+/* Variant i, seed k: skipped when done, else trained or resumed into its directory. */
+static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_options *o, int i, int k,
+                           const char *label, long *remaining, int *interrupted) {
+  char dir[1200], status[32];
+  run_dir(s, i, k, dir, sizeof dir);
+  run_status(dir, status, sizeof status);
+  cf_config c = s->v[i].cfg;
+  c.seed += (unsigned long long)k;
+  int saved_steps = 0;
+  CF_TRY(check_run(s, i, k, dir, &saved_steps));
+  if (!strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= c.train.steps)) {
+    if (o->report) fprintf(o->report, "%s already %s: skipped\n", label, status);
+    return CF_OK;
   }
-  if (st != CF_OK) {  /* nothing trained was wrong, but the setup was: leave the old report alone */
-    free(s.v);
-    return st;
+  if (strlen(dir) >= sizeof c.train.out) return CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", dir);
+  memcpy(c.train.out, dir, strlen(dir) + 1);
+  int resume = exists(dir, "checkpoint.safetensors");
+  if (!resume) remove_leftovers(dir);
+  *remaining -= c.train.steps;
+  cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = *remaining,
+                         .hooks = o->hooks};
+  cf_train_result res;
+  CF_TRY(cf_train(ctx, &c, &to, &res));
+  *interrupted = res.interrupted;
+  if (res.state.diverged_step && o->report) fprintf(o->report, "%s diverged at step %d\n", label, res.state.diverged_step);
+  return CF_OK;
+}
+
+/* Every run this command covers, in turn, until one fails or a stop is asked for. */
+static cf_status train_all(const spec *s, const cf_compare_options *o, int only_i, int *interrupted) {
+  cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s->base.device)};
+  cf_context *ctx;
+  CF_TRY(cf_context_create(&co, &ctx));
+  cf_status st = cf_selftest_ensure(ctx);
+  long remaining = steps_remaining(s, only_i);
+  int total = (only_i >= 0 ? 1 : s->nv) * s->seeds, idx = 0;
+  for (int i = 0; i < s->nv && st == CF_OK && !*interrupted; i++) {
+    if (only_i >= 0 && i != only_i) continue;
+    for (int k = 0; k < s->seeds && st == CF_OK && !*interrupted; k++) {
+      if (o->hooks.should_stop && o->hooks.should_stop(o->hooks.user)) {
+        *interrupted = 1;
+        break;
+      }
+      char label[200];
+      idx++;
+      if (s->seeds > 1) snprintf(label, sizeof label, "[%d/%d %s seed %llu]", idx, total, s->v[i].name,
+                                 s->v[i].cfg.seed + (unsigned long long)k);
+      else snprintf(label, sizeof label, "[%d/%d %s]", idx, total, s->v[i].name);
+      st = train_one(ctx, s, o, i, k, label, &remaining, interrupted);
+    }
   }
-  /* every run present must be of its variant's config (also with --report-only, and for the variants
-   * --only left out): otherwise leave the old report alone */
-  for (int i = 0; i < s.nv && st == CF_OK; i++)
-    for (int k = 0; k < s.seeds && st == CF_OK; k++) {
+  cf_context_free(ctx);
+  return st;
+}
+
+/* Every run present must be of its variant's config (also with --report-only, and for the variants
+ * --only left out): otherwise the old report is left alone. */
+static cf_status check_all_runs(const spec *s) {
+  for (int i = 0; i < s->nv; i++)
+    for (int k = 0; k < s->seeds; k++) {
       char dir[1200];
       int steps;
-      run_dir(&s, i, k, dir, sizeof dir);
-      st = check_run(&s, i, k, dir, &steps);
+      run_dir(s, i, k, dir, sizeof dir);
+      CF_TRY(check_run(s, i, k, dir, &steps));
     }
-  if (st != CF_OK) {
-    free(s.v);
-    return st;
-  }
-  /* the report covers every run present, finished or diverged */
-  run_rec **runs = calloc((size_t)(unsigned)s.nv, sizeof *runs);  /* nv >= 1: a spec has variants */
-  for (int i = 0; i < s.nv; i++) {
-    runs[i] = calloc((size_t)s.seeds, sizeof **runs);
-    for (int k = 0; k < s.seeds; k++) {
+  return CF_OK;
+}
+
+/* The report over every run present, finished or diverged. */
+static cf_status report(const spec *s, const cf_compare_options *o, double entropy) {
+  run_rec **runs = calloc((size_t)(unsigned)s->nv, sizeof *runs);  /* nv >= 1: a spec has variants */
+  cf_status st = runs ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < s->nv && st == CF_OK; i++) {
+    if (!(runs[i] = calloc((size_t)(unsigned)s->seeds, sizeof **runs))) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+    for (int k = 0; runs[i] && k < s->seeds; k++) {
       char dir[1200];
-      run_dir(&s, i, k, dir, sizeof dir);
-      read_run(&s, &s.v[i].cfg, dir, entropy, &runs[i][k]);
+      run_dir(s, i, k, dir, sizeof dir);
+      read_run(s, &s->v[i].cfg, dir, entropy, &runs[i][k]);
     }
   }
-  cf_status rs = write_report(&s, runs, entropy, o->log_steps);
-  if (rs == CF_OK && o->report) fprintf(o->report, "wrote %s/summary.md, summary.json and curves.svg\n", s.out);
-  for (int i = 0; i < s.nv; i++) {
-    for (int k = 0; k < s.seeds; k++) free_run(&runs[i][k]);
+  if (st == CF_OK) st = write_report(s, runs, entropy, o->log_steps);
+  if (st == CF_OK && o->report) fprintf(o->report, "wrote %s/summary.md, summary.json and curves.svg\n", s->out);
+  for (int i = 0; runs && i < s->nv; i++) {
+    for (int k = 0; runs[i] && k < s->seeds; k++) free_run(&runs[i][k]);
     free(runs[i]);
   }
   free(runs);
+  return st;
+}
+
+/* The comparison's setup (the file, the variant asked for, the corpus for its unigram entropy,
+ * the output directory), then its runs, then the report. A setup that fails leaves the old report
+ * alone. */
+static cf_status compare(spec *s, const cf_compare_options *o, int *interrupted) {
+  if (o->seeds) s->seeds = o->seeds;
+  if (o->out) snprintf(s->out, sizeof s->out, "%s", o->out);
+  int only_i;
+  CF_TRY(find_variant(s, o->only, &only_i));
+  cf_data data;  /* for the unigram entropy (and to fail early on a missing corpus) */
+  CF_TRY(cf_data_open(&data, &s->base));
+  double entropy = data.unigram_entropy;
+  cf_data_close(&data);
+  CF_TRY(cf_mkdirs(s->out));
+  if (!o->report_only) CF_TRY(train_all(s, o, only_i, interrupted));
+  CF_TRY(check_all_runs(s));
+  return report(s, o, entropy);
+}
+
+cf_status cf_compare(const cf_compare_options *o, int *interrupted) {
+  *interrupted = 0;
+  spec s;
+  cf_status st = parse_spec(&s, o->path, o->sets, o->nsets);
+  if (st == CF_OK) st = compare(&s, o, interrupted);
   free(s.v);
-  *interrupted_out = interrupted;
-  return rs;
+  return st;
 }
