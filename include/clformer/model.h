@@ -66,6 +66,18 @@ cf_status cf_model_grad_norms(cf_model *m, float *out);
 cf_status cf_model_read(cf_model *m, int which, float *host);
 cf_status cf_model_write(cf_model *m, int which, const float *host);
 
+/* How cf_model_sample_next picks a byte. */
+typedef struct cf_sample_options {
+  double temperature;         /* logits divided by it; 0: the most likely byte (greedy) */
+  int top_k;                  /* only the k most likely bytes; 0: all */
+  double top_p;               /* then the smallest set of probability >= top_p (nucleus); 1: all */
+  unsigned long long seed;    /* with index, names the draw: the same seed gives the same text */
+} cf_sample_options;
+/* The byte after text[0..n) (its last seq_len bytes as context) from a batch-1 model; index is the
+ * draw's number (0, 1, ... for successive bytes). */
+cf_status cf_model_sample_next(cf_model *m, const int *text, size_t n, const cf_sample_options *opts, uint32_t index,
+                               int *next);
+
 /* The byte-level tokenizer's vocabulary: every byte value is a token. */
 #define CF_MODEL_VOCAB 256
 
