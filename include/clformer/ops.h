@@ -180,16 +180,6 @@ cf_status cf_attention_backward(cf_context *ctx,
                                 cf_mem key_mask, // int (B, T) or buf NULL
                                 int B, int T, int C, int NH, cf_attn_dropout drop);
 
-/* Inference-only forward in one kernel: out (B, T, C) from inp (B, T, 3C) with an online
- * softmax per query row, no T x T buffer, no dropout, nothing saved (so no backward). Same
- * causal and key masks as cf_attention_forward. Head size at most CF_ATTENTION_FUSED_MAX_HS. */
-#define CF_ATTENTION_FUSED_MAX_HS 128
-cf_status cf_attention_forward_fused(cf_context *ctx,
-                                     cf_mem out,      // (B, T, C)
-                                     cf_mem inp,      // (B, T, 3C)
-                                     cf_mem key_mask, // int (B, T) or buf NULL
-                                     int B, int T, int C, int NH);
-
 /* Token and position embeddings: out[b,t,:] = token_scale * wte[tokens[b,t]] + pos[t], with
  * learned positions (a wpe table) or the fixed sinusoids of Vaswani et al. computed on the fly.
  * Not here: dropout on the sum (elementwise), the output projection tied to wte (gemm). */

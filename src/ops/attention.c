@@ -161,18 +161,3 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
   CF_TRY(cf_gemm_batched(ctx, 1, 0, T, HS, T, 1.0f, datt, T, TT, q, HS, T * HS, 0.0f, dk, HS, T * HS, BNH));
   return relayout(ctx, "attention_heads_to_rows", dinp, scratch, 3, B, T, C, NH);
 }
-
-cf_status cf_attention_forward_fused(cf_context *ctx, cf_mem out, cf_mem inp, cf_mem key_mask, int B, int T, int C,
-                                     int NH) {
-  cf_attn_dropout none = {0};
-  CF_TRY(check_args(B, T, C, NH, none));
-  if (C / NH > CF_ATTENTION_FUSED_MAX_HS)
-    return CF_FAIL(CF_ERR_INVALID_ARG, "fused attention: head size %d exceeds %d", C / NH, CF_ATTENTION_FUSED_MAX_HS);
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "attention", "attention_forward_fused");
-  CF_ARG_MEMS(&L, out, inp, key_mask.buf ? key_mask : inp);  /* any valid buffer when there is no mask */
-  CF_ARG_INTS(&L, key_mask.buf != NULL, B, T, C, NH);
-  cf_arg_float(&L, (float)(1.0 / sqrt((double)(C / NH))));
-  size_t global = (size_t)B * NH * T, local = 64;
-  return cf_launch_run(&L, 1, &global, &local);
-}
