@@ -6,12 +6,15 @@
 
 #include <stdio.h>
 #include "clformer/base.h"
+#include "clformer/ops.h"  /* cf_activation */
 
-enum { CF_NORM_POST = 0, CF_NORM_PRE = 1 };
-enum { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE, CF_DECAY_CONSTANT };
-enum { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD };
-enum { CF_POS_SINUSOIDAL, CF_POS_LEARNED };
-enum { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON };
+/* The choices of the enum keys, in the order their YAML names are listed in src/config/config.c. */
+typedef enum cf_norm_placement { CF_NORM_POST, CF_NORM_PRE } cf_norm_placement;
+typedef enum cf_decay { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE, CF_DECAY_CONSTANT } cf_decay;
+typedef enum cf_optimizer { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD } cf_optimizer;
+typedef enum cf_positions { CF_POS_SINUSOIDAL, CF_POS_LEARNED } cf_positions;
+typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON } cf_final_norm;
+typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
 
 typedef struct cf_config {
   char device[128];
@@ -19,23 +22,25 @@ typedef struct cf_config {
   struct {
     char train[1024], valid[1024];
     double valid_fraction;
-    int tokenizer;              /* 0: byte (the only one) */
+    cf_tokenizer tokenizer;     /* the byte tokenizer (the only one so far) */
     int seq_len, batch_size;
   } data;
   struct {
-    int norm;                   /* CF_NORM_PRE or CF_NORM_POST */
+    cf_norm_placement norm;
     int layers, d_model, heads, d_ff;
-    int activation;             /* cf_activation: 0 relu, 1 gelu (tanh), 2 gelu_erf */
+    cf_activation activation;
     double dropout, attn_dropout, ln_eps, label_smoothing;
-    int final_norm;             /* CF_FINAL_NORM_*; validation resolves AUTO (on for pre, off for post) */
-    int tie_embeddings, positions, scale_embeddings;
+    cf_final_norm final_norm;   /* validation resolves AUTO (on for pre, off for post) */
+    cf_positions positions;
+    int tie_embeddings, scale_embeddings;
   } model;
   struct {
-    int name;                   /* CF_OPTIM_* */
+    cf_optimizer name;
     double lr, beta1, beta2, eps, weight_decay, momentum, clip_norm;
   } optim;
   struct {
-    int warmup, decay, total_steps;
+    int warmup, total_steps;
+    cf_decay decay;
     double min_lr;
   } schedule;
   struct {

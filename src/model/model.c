@@ -165,7 +165,7 @@ cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, c
   m->F = cfg->model.d_ff;
   m->L = cfg->model.layers;
   m->V = CF_MODEL_VOCAB;
-  m->act = cfg->model.activation == 0 ? CF_ACT_RELU : cfg->model.activation == 1 ? CF_ACT_GELU_TANH : CF_ACT_GELU_ERF;
+  m->act = cfg->model.activation;
   m->lp = calloc((size_t)m->L, sizeof *m->lp);
   m->la = calloc((size_t)m->L, sizeof *m->la);
   cf_status st = CF_OK;
