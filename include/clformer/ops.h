@@ -145,11 +145,8 @@ cf_status cf_residual_dropout_layernorm_backward(cf_context *ctx, cf_mem dinp /*
  * The flat index i must fit in 32 bits (B*NH*T*T < 2^32).
  *
  * Not here: the QKV and output projections (plain GEMMs), a fused (flash) backward. */
-/* Inverted dropout on the attention probabilities; p == 0 disables it (nothing extra runs). */
-typedef struct cf_attn_dropout {
-  float p;                            /* drop probability, 0 <= p < 1 */
-  uint32_t seed, step, tensor_id;     /* Philox key and counter (see cl/philox.clh) */
-} cf_attn_dropout;
+/* Dropout on the attention probabilities is a cf_dropout like any other (p == 0: nothing extra
+ * runs); the flat index i is the element's within (B, NH, T, T). */
 
 /* Floats of scratch both directions need (allocate once, pass to every call):
  * 3*B*T*C + B*NH*T*T. The forward alone uses B*T*C, plus B*NH*T*T when dropout is on; the
@@ -167,7 +164,7 @@ cf_status cf_attention_forward(cf_context *ctx,
                                cf_mem scratch,  // cf_attention_scratch_floats(...)
                                cf_mem inp,      // (B, T, 3C)
                                cf_mem key_mask, // int (B, T) or buf NULL
-                               int B, int T, int C, int NH, cf_attn_dropout drop);
+                               int B, int T, int C, int NH, cf_dropout drop);
 
 /* Overwrites dinp (no accumulation: attention has no weights). qkvp, att, key_mask and drop
  * must be those of the forward. */
@@ -178,7 +175,7 @@ cf_status cf_attention_backward(cf_context *ctx,
                                 cf_mem qkvp,     // (3, B, NH, T, HS)
                                 cf_mem att,      // (B, NH, T, T)
                                 cf_mem key_mask, // int (B, T) or buf NULL
-                                int B, int T, int C, int NH, cf_attn_dropout drop);
+                                int B, int T, int C, int NH, cf_dropout drop);
 
 /* Token and position embeddings: out[b,t,:] = token_scale * wte[tokens[b,t]] + pos[t], with
  * learned positions (a wpe table) or the fixed sinusoids of Vaswani et al. computed on the fly.

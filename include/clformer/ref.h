@@ -54,9 +54,9 @@ void ref_residual_dropout_layernorm_backward(double *dinp /* (N, C) */, double *
  * ref_attention_forward: out (B, T, C); att (B, NH, T, T) the probabilities before dropout,
  * may be NULL. ref_attention_backward: dinp (B, T, 3C) from dout (B, T, C). */
 void ref_attention_forward(double *out, double *att, const float *inp, const int *key_mask,
-                           int B, int T, int C, int NH, cf_attn_dropout drop);
+                           int B, int T, int C, int NH, cf_dropout drop);
 void ref_attention_backward(double *dinp, const float *dout, const float *inp, const int *key_mask,
-                            int B, int T, int C, int NH, cf_attn_dropout drop);
+                            int B, int T, int C, int NH, cf_dropout drop);
 /* Double references (same float inputs, double arithmetic and outputs). wpe NULL: sinusoidal. */
 void ref_embedding_forward(double *out, const int *tokens, const float *wte, const float *wpe, int B, int T, int C,
                            int V, float token_scale);

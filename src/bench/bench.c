@@ -43,9 +43,9 @@
 #include "ops/dropout_internal.h"
 /* from attention.c: the softmax launches */
 cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
-                                              int NH, int T, float scale, cf_attn_dropout drop);
+                                              int NH, int T, float scale, cf_dropout drop);
 cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
-                                               float scale, cf_attn_dropout drop);
+                                               float scale, cf_dropout drop);
 
 enum { BENCH_N = 4096, BENCH_T = 128, BENCH_NH = 8, BENCH_MAXC = 1024, BENCH_COPY_FLOATS = 16 << 20 };
 
@@ -193,7 +193,7 @@ static cf_status op_global_norm(bench *s) {
 
 /* The softmax kernels of cl/attention.cl, through src/attention.c's launchers. */
 static cf_status softmax_launch(bench *s, int backward, float p) {
-  cf_attn_dropout d = {p, 1234u, 7u, 3u};
+  cf_dropout d = {p, 1234u, 7u, 3u};
   if (backward)
     return cf_attention_softmax_backward_launch(s->ctx, cf_at(s->att, 0), cf_at(s->att2, 0), s->B, s->NH, s->T,
                                                 0.125f, d);
@@ -212,7 +212,7 @@ static cf_status op_softmax_bwd(bench *s) {
   CF_TRY(op_att_restore(s));
   return softmax_launch(s, 1, 0.0f);
 }
-static cf_attn_dropout no_drop = {0.0f, 0, 0, 0};
+static cf_dropout no_drop = {0.0f, 0, 0, 0};
 static cf_status op_attn_fwd(bench *s) {
   return cf_attention_forward(s->ctx, cf_at(s->out, 0), cf_at(s->qkvp, 0), cf_at(s->att, 0), cf_at(s->scratch, 0),
                               cf_at(s->qkv, 0), cf_at(NULL, 0), s->B, s->T, s->C, s->NH, no_drop);

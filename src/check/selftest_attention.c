@@ -11,7 +11,7 @@ cf_status cf_selftest_attention(cf_context *ctx, cf_selftest *t) {
   enum { B = 2, T = 7, C = 12, NH = 3 };
   const size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   const size_t nscr = cf_attention_scratch_floats(B, T, C, NH, 1);
-  cf_attn_dropout drop = {0.1f, 17u, 1u, 2u};
+  cf_dropout drop = {0.1f, 17u, 1u, 2u};
   int mask[B * T];
   for (int i = 0; i < B * T; i++) mask[i] = !(i == T - 1 || i == T || i == T + 1);  /* right pad, left pad */
 

@@ -295,13 +295,14 @@ static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p)
   return d;
 }
 
-static cf_attn_dropout attn_key(const cf_model *m, int layer) {
+static cf_dropout attn_key(const cf_model *m, int layer) {
   cf_dropout d = dropout_key(m, layer, DROP_ATT_PROBS, m->cfg.model.attn_dropout);
-  cf_attn_dropout a = {d.p, d.seed, d.step, d.tensor_id};
+  cf_dropout a = {d.p, d.seed, d.step, d.tensor_id};
   return a;
 }
 
-static cf_mem no_mask(void) { return cf_at(NULL, 0); }
+/* An optional buffer left out (no mask, no learned positions, no momentum, no clipping norm). */
+static cf_mem absent(void) { return cf_at(NULL, 0); }
 
 /* The block input of layer l: the embedding for layer 0, else the previous block's output. */
 static cf_mem block_input(const cf_model *m, int l) {
@@ -344,7 +345,7 @@ static cf_status attention_forward(cf_model *m, int l, cf_mem inp) {
   layer_acts *a = &m->la[l];
   int C = m->C;
   CF_TRY(linear_forward(m, A(a->qkv), inp, p->qkv_w, p->qkv_b, C, 3 * C));
-  CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), no_mask(), m->B,
+  CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), absent(), m->B,
                               m->T, C, m->NH, attn_key(m, l)));
   return linear_forward(m, S(m->s_branch), A(a->atty), p->proj_w, p->proj_b, C, C);
 }
@@ -425,7 +426,7 @@ static cf_status attention_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout
   layer_acts *a = &m->la[l];
   int C = m->C;
   CF_TRY(linear_backward(m, S(m->s_res), p->proj_w, p->proj_b, dout, A(a->atty), C, C, 0));
-  CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_res), A(a->qkvp), A(a->att), no_mask(), m->B,
+  CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_res), A(a->qkvp), A(a->att), absent(), m->B,
                                m->T, C, m->NH, attn_key(m, l)));
   return linear_backward(m, dinp, p->qkv_w, p->qkv_b, S(m->s_dqkv), inp, C, 3 * C, accumulate);
 }
@@ -490,7 +491,7 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   m->train = train;
   CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
   CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
-                              m->wpe == SIZE_MAX ? no_mask() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
+                              m->wpe == SIZE_MAX ? absent() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
   CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
   for (int l = 0; l < m->L; l++) CF_TRY(block_forward(m, l));
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
@@ -524,7 +525,7 @@ cf_status cf_model_backward(cf_model *m) {
   }
   for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
   CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
-  return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? no_mask() : G(m->wpe), S(m->s_stream),
+  return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), S(m->s_stream),
                                cf_at(m->tokens, 0), m->B, m->T, C, V, token_scale(m));
 }
 
@@ -534,9 +535,9 @@ cf_status cf_model_grad_norm(cf_model *m) {
 
 cf_status cf_model_update(cf_model *m, float lr, int step) {
   const cf_config *c = &m->cfg;
-  cf_mem norm = c->optim.clip_norm > 0 ? A(m->grad_norm) : no_mask();
+  cf_mem norm = c->optim.clip_norm > 0 ? A(m->grad_norm) : absent();
   if (c->optim.name == CF_OPTIM_SGD)
-    return cf_sgd_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), c->optim.momentum > 0 ? cf_at(m->m1, 0) : no_mask(),
+    return cf_sgd_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), c->optim.momentum > 0 ? cf_at(m->m1, 0) : absent(),
                          m->nparams, lr, (float)c->optim.momentum, (float)c->optim.weight_decay, norm,
                          (float)c->optim.clip_norm);
   cf_adam h = {lr, (float)c->optim.beta1, (float)c->optim.beta2, (float)c->optim.eps, (float)c->optim.weight_decay,

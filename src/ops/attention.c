@@ -23,7 +23,7 @@ size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout) {
   return 3 * (size_t)B * T * C + (size_t)B * NH * T * T;
 }
 
-static cf_status check_args(int B, int T, int C, int NH, cf_attn_dropout drop) {
+static cf_status check_args(int B, int T, int C, int NH, cf_dropout drop) {
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
     return CF_FAIL(CF_ERR_INVALID_ARG, "attention: dimensions must be positive (B %d, T %d, C %d, NH %d)", B, T, C, NH);
   if (C % NH)
@@ -68,7 +68,7 @@ static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_
   *global = (size_t)rows * l;
 }
 
-static void arg_dropout(cf_launch *L, cf_attn_dropout drop) {
+static void arg_dropout(cf_launch *L, cf_dropout drop) {
   cf_dropout d = {drop.p, drop.seed, drop.step, drop.tensor_id};
   cf_arg_dropout(L, d);  /* scale 1/(1-p), which is 1 at p = 0 */
 }
@@ -76,7 +76,7 @@ static void arg_dropout(cf_launch *L, cf_attn_dropout drop) {
 /* The two softmax launches, also used by `bench kernels` (src/bench.c). att (B, NH, T, T) in
  * place; pdrop (B, NH, T, T) written when drop.p > 0; key_mask int (B, T) or buf NULL. */
 cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
-                                              int NH, int T, float scale, cf_attn_dropout drop) {
+                                              int NH, int T, float scale, cf_dropout drop) {
   cf_launch L;
   cf_launch_begin(&L, ctx, "attention", "attention_softmax_forward");
   CF_ARG_MEMS(&L, att,
@@ -92,7 +92,7 @@ cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_me
 
 /* datt (B, NH, T, T): dL/dP_drop in, dL/d(q.k^T) out; att (B, NH, T, T) the saved P. */
 cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
-                                               float scale, cf_attn_dropout drop) {
+                                               float scale, cf_dropout drop) {
   cf_launch L;
   cf_launch_begin(&L, ctx, "attention", "attention_softmax_backward");
   cf_arg_mem(&L, datt);
@@ -106,7 +106,7 @@ cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_
 }
 
 cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem qkvp, cf_mem att, cf_mem scratch, cf_mem inp,
-                               cf_mem key_mask, int B, int T, int C, int NH, cf_attn_dropout drop) {
+                               cf_mem key_mask, int B, int T, int C, int NH, cf_dropout drop) {
   CF_TRY(check_args(B, T, C, NH, drop));
   size_t HS = (size_t)(C / NH), BNH = (size_t)B * NH, BTC = (size_t)B * T * C, TT = (size_t)T * T;
   cf_mem q = qkvp, k = cf_shift(qkvp, BTC), v = cf_shift(qkvp, 2 * BTC);
@@ -126,7 +126,7 @@ cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem qkvp, cf_mem 
 }
 
 cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf_mem dout, cf_mem qkvp, cf_mem att,
-                                cf_mem key_mask, int B, int T, int C, int NH, cf_attn_dropout drop) {
+                                cf_mem key_mask, int B, int T, int C, int NH, cf_dropout drop) {
   CF_TRY(check_args(B, T, C, NH, drop));
   size_t HS = (size_t)(C / NH), BNH = (size_t)B * NH, BTC = (size_t)B * T * C, TT = (size_t)T * T;
   cf_mem q = qkvp, k = cf_shift(qkvp, BTC), v = cf_shift(qkvp, 2 * BTC);

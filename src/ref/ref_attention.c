@@ -9,7 +9,7 @@
 #include "clformer/base.h"
 
 /* Dropout factor of element i of att (B, NH, T, T): 1/(1-p) if kept, else 0. */
-static double keep_factor(cf_attn_dropout drop, size_t i) {
+static double keep_factor(cf_dropout drop, size_t i) {
   if (drop.p <= 0.0f) return 1.0;
   return cf_random_uniform(drop.seed, drop.step, drop.tensor_id, (uint32_t)i) >= drop.p ? 1.0 / (1.0 - drop.p) : 0.0;
 }
@@ -37,7 +37,7 @@ static void probs_row(double *P, const float *inp, const int *key_mask, int b, i
 }
 
 void ref_attention_forward(double *out, double *att, const float *inp, const int *key_mask, int B, int T, int C,
-                           int NH, cf_attn_dropout drop) {
+                           int NH, cf_dropout drop) {
   int HS = C / NH;
   double *P = malloc((size_t)T * sizeof *P);
   if (!P) return;
@@ -59,7 +59,7 @@ void ref_attention_forward(double *out, double *att, const float *inp, const int
 }
 
 void ref_attention_backward(double *dinp, const float *dout, const float *inp, const int *key_mask, int B, int T,
-                            int C, int NH, cf_attn_dropout drop) {
+                            int C, int NH, cf_dropout drop) {
   int HS = C / NH;
   double scale = 1.0 / sqrt((double)HS);
   double *P = malloc((size_t)T * sizeof *P), *dP = malloc((size_t)T * sizeof *dP);
