@@ -7,10 +7,15 @@
 #include "clformer/config.h"
 #include "clformer/runtime.h"
 
+/* The JSON report the benchmarks add their results to: a Jansson object (jansson.h), or NULL for
+ * none. Each benchmark sets its own key ("gemm", "kernels", "step"); the tables go to `tables`. */
+struct json_t;
+
 /* `bench gemm`: every GEMM shape the config's model issues (forward, both backward products, the
  * batched attention products) with each available implementation, plus the device's measured FMA
- * peak. Prints a table; appends a JSON object to json when not NULL. vs_blas: also OpenBLAS. */
-cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *json);
+ * peak. Prints a table; adds "gemm" to report. vs_blas: also OpenBLAS. */
+cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *tables,
+                        struct json_t *report);
 
 /* `bench step`: a full training step of the config's model; see src/bench_step.c for the method. */
 typedef struct cf_bench_step_options {
@@ -23,6 +28,7 @@ typedef struct cf_bench_step_options {
   double t_start;         /* cf_now() at the command's start, for the start-up time; 0: not reported */
   double t_context;       /* cf_now() once the context was created */
 } cf_bench_step_options;
-/* Prints the results; appends a JSON object to json when not NULL. */
-cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *json);
+/* Prints the results; adds "step" to report. */
+cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *tables,
+                        struct json_t *report);
 #endif

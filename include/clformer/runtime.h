@@ -41,9 +41,10 @@ const char *cf_device_spec_resolve(const char *cli_spec, const char *config_spec
 /* "GPU", "CPU", "accelerator", ... */
 const char *cf_device_type_str(cl_device_type type);
 
-/* Print the device table (or JSON) to f; marks the device `auto` picks. */
+/* Print the device table (or JSON) to f; marks the device `auto` picks. The JSON fails only when
+ * out of memory or when f cannot be written. */
 void cf_device_print_table(FILE *f, const cf_device_info *list, int count, int auto_index);
-void cf_device_print_json(FILE *f, const cf_device_info *list, int count, int auto_index);
+cf_status cf_device_print_json(FILE *f, const cf_device_info *list, int count, int auto_index);
 
 typedef struct cf_context cf_context;
 

@@ -4,7 +4,8 @@
  *
  * The JSON file (--json FILE), schema 1. One object; numbers are plain JSON numbers, null where a
  * value does not exist; times in ms or us as the key says, rates in GB/s, GFLOP/s, tokens/s.
- * Keys are only ever added, never renamed, within a schema version.
+ * Keys are only ever added, never renamed, within a schema version. Written at the end through Jansson
+ * (base/json.c's layout); after a failure it holds what was measured until then (the exit status says so).
  *   schema                 1
  *   clformer_version       "0.1.0"
  *   host                   {"cpu": /proc/cpuinfo's model name, "cpus": online CPUs, "core_round_trip_ns":
@@ -51,6 +52,8 @@
  *                           clformer is faster)}
  * tools/compare_bench.py renders several such files as one Markdown table. */
 #include <errno.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -62,8 +65,9 @@
 #include "runtime/runtime.h"
 
 int cmd_bench(int argc, char **argv);
-/* src/bench.c: the memory-bound kernels; `only` filters kernel names by substring (NULL: all). */
-cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *json);
+/* src/bench.c: the memory-bound kernels; `only` filters kernel names by substring (NULL: all); adds
+ * "kernels" to report (NULL: none). */
+cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *tables, json_t *report);
 
 static const char *usage =
     "usage: clformer bench kernels|gemm|step|all [--device SPEC] [--config CONFIG] [--set KEY=VALUE ...]\n"
@@ -135,6 +139,22 @@ static void host_cpu(char *out, size_t n) {
   fclose(f);
 }
 
+/* The JSON report's schema, version, host and device (see the top of this file); the benchmarks add
+ * their own members. NULL when out of memory. */
+static json_t *report_head(cf_context *ctx, double round_trip) {
+  const cf_device_info *d = cf_context_device(ctx);
+  char cpu[256];
+  host_cpu(cpu, sizeof cpu);
+  json_t *host = json_pack("{s:o, s:I, s:o}", "cpu", cf_json_str(cpu), "cpus", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
+                           "core_round_trip_ns", round_trip > 0 ? json_integer(llround(round_trip)) : json_null());
+  json_t *dev = json_pack("{s:o, s:o, s:o, s:o, s:s, s:I, s:s}", "name", cf_json_str(d->name), "platform",
+                          cf_json_str(d->platform_name), "platform_version", cf_json_str(d->platform_version), "driver",
+                          cf_json_str(d->driver_version), "type", cf_device_type_str(d->type), "compute_units",
+                          (json_int_t)d->compute_units, "kernel_shapes", cf_context_cpu_shapes(ctx) ? "cpu" : "gpu");
+  return json_pack("{s:i, s:s, s:o, s:o}", "schema", 1, "clformer_version", CLFORMER_VERSION, "host", host, "device",
+                   dev);
+}
+
 int cmd_bench(int argc, char **argv) {
   double t_start = cf_now();
   const char *what = NULL, *spec = NULL, *config = NULL, *json_path = NULL, *only = NULL;
@@ -194,54 +214,34 @@ int cmd_bench(int argc, char **argv) {
   /* where our own GEMM runs on the host's cores, how far apart they are explains much of the drift between runs */
   int probe_cpus[2] = {0, 0};
   double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
+  FILE *tables = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
   if (round_trip > 0)
-    fprintf(json_path && !strcmp(json_path, "-") ? stderr : stdout,
+    fprintf(tables,
             "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
             "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
             probe_cpus[1]);
-  if (json) {
-    const cf_device_info *d = cf_context_device(ctx);
-    char cpu[256];
-    host_cpu(cpu, sizeof cpu);
-    fprintf(json, "{\n  \"schema\": 1,\n  \"clformer_version\": \"%s\",\n  \"host\": {\"cpu\": ", CLFORMER_VERSION);
-    cf_json_string(json, cpu);
-    fprintf(json, ", \"cpus\": %ld, ", sysconf(_SC_NPROCESSORS_ONLN));
-    if (round_trip > 0) fprintf(json, "\"core_round_trip_ns\": %.0f},\n  \"device\": {", round_trip);
-    else fprintf(json, "\"core_round_trip_ns\": null},\n  \"device\": {");
-    const char *keys[] = {"name", "platform", "platform_version", "driver", "type"};
-    const char *vals[] = {d->name, d->platform_name, d->platform_version, d->driver_version,
-                          cf_device_type_str(d->type)};
-    for (int k = 0; k < 5; k++) {
-      fprintf(json, "\"%s\": ", keys[k]);
-      cf_json_string(json, vals[k]);
-      fputs(", ", json);
-    }
-    fprintf(json, "\"compute_units\": %u, \"kernel_shapes\": \"%s\"}", d->compute_units,
-            cf_context_cpu_shapes(ctx) ? "cpu" : "gpu");
-  }
+  json_t *report = json ? report_head(ctx, round_trip) : NULL;
+  if (json && !report) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
   if (cf_context_cpu_shapes(ctx) != device_cpu)
-    fprintf(json == stdout ? stderr : stdout, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
+    fprintf(tables, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
             "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
   if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
   /* gemm first: it times CLBlast with its default parameters before any GEMM of the process reads
    * the tuning file (the attention in `kernels` runs GEMMs) */
-  if (gemm) {
-    if (json) fprintf(json, ",\n  \"gemm\": ");
-    st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, json);
-  }
+  if (st == CF_OK && gemm) st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, tables, report);
   if (st == CF_OK && kernels) {
-    if (gemm) fputc('\n', json == stdout ? stderr : stdout);
-    if (json) fprintf(json, ",\n  ");  /* cf_bench_kernels writes its own "kernels" key */
-    st = cf_bench_kernels(ctx, repeat, only, json);
+    if (gemm) fputc('\n', tables);
+    st = cf_bench_kernels(ctx, repeat, only, tables, report);
   }
   if (st == CF_OK && step) {
-    if (kernels || gemm) fputc('\n', json == stdout ? stderr : stdout);
-    if (json) fprintf(json, ",\n  \"step\": ");
-    st = cf_bench_step(ctx, &cfg, &so, json);
+    if (kernels || gemm) fputc('\n', tables);
+    st = cf_bench_step(ctx, &cfg, &so, tables, report);
   }
-  if (json) {
-    fprintf(json, "\n}\n");
-    if (json != stdout) fclose(json);
+  if (json) {  /* what was measured, also after a failure */
+    cf_status ws = report ? cf_json_write(report, json, json == stdout ? "the JSON report" : json_path) : CF_OK;
+    if (json != stdout && fclose(json) && ws == CF_OK) ws = CF_FAIL(CF_ERR_IO, "cannot write %s", json_path);
+    if (st == CF_OK) st = ws;
+    json_decref(report);
   }
   cf_context_free(ctx);
   return cf_exit_code(st);

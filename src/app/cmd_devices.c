@@ -83,7 +83,7 @@ int cmd_devices(int argc, char **argv) {
       return 2;
     }
   }
-  if (json) cf_device_print_json(stdout, list, count, auto_index);
+  if (json) st = cf_device_print_json(stdout, list, count, auto_index);
   else {
     cf_device_print_table(stdout, list, count, auto_index);
     if (chosen >= 0)
@@ -92,5 +92,5 @@ int cmd_devices(int argc, char **argv) {
   }
   free(list);
   if (verbose && !json) return time_program_loads(resolved);
-  return 0;
+  return cf_exit_code(st);
 }

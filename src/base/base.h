@@ -62,8 +62,21 @@ cf_status cf_read_file(const char *path, char **text, size_t *len);
 cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
 /* The median of v[0..n) (sorting v in place; NaN when n == 0): the benchmarks' statistic. */
 double cf_median(double *v, int n);
-/* s as a JSON string literal (quotes, backslashes and control characters escaped). */
-void cf_json_string(FILE *f, const char *s);
+/* JSON through Jansson (json.c; callers include <jansson.h>). v as a number, rounded as fmt prints
+ * it ("%.3f", "%.6g"; NULL: as is; an integer where fmt writes one), or null when not finite; NULL
+ * only when out of memory. */
+struct json_t;
+struct json_t *cf_json_num(double v, const char *fmt);
+/* Text from outside (driver strings, paths) as a JSON string: bytes that are not UTF-8 become '?'. */
+struct json_t *cf_json_str(const char *s);
+/* obj[key] = value, taking the reference. value NULL (a failed json_*() call) or a failed set is
+ * CF_ERR_NO_MEMORY, reported once here, so documents are built without a check per call. */
+cf_status cf_json_set(struct json_t *obj, const char *key, struct json_t *value);
+/* The document j (NULL: building it ran out of memory, reported naming what), one layout
+ * everywhere: containers of containers spread over indented lines, the rest on one line each. */
+cf_status cf_json_write(struct json_t *j, FILE *f, const char *what);
+/* The same into path, atomically (cf_write_file_atomic). */
+cf_status cf_json_write_file(struct json_t *j, const char *path);
 /* Whole-string numbers: 1 on success, 0 for junk, overflow, NaN/Inf or out of [lo, hi]. */
 int cf_parse_long(const char *s, long lo, long hi, long *out);
 int cf_parse_double(const char *s, double lo, double hi, double *out);

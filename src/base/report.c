@@ -1,18 +1,7 @@
-/* Small pieces the reports share: benchmark medians and JSON strings (devices --json, bench --json). */
+/* Small pieces the reports share: benchmark medians (JSON is written through base/json.c). */
 #include <math.h>
 #include <stdio.h>
 #include "base/base.h"
-
-void cf_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
 
 double cf_median(double *v, int n) {
   for (int i = 1; i < n; i++)  /* insertion sort: a few dozen samples */

@@ -26,11 +26,10 @@
  *   attention fwd / bwd   GFLOP/s counting the batched GEMMs in full: 4*B*T*T*C / 8*B*T*T*C (+ GB/s of
  *                         nothing: it is compute-bound, so no % of copy is given)
  *
- * JSON (--json): one object, see write_json_header() and the result rows' keys:
- *   {"clformer_version", "device": {"name", "platform", "platform_version", "driver", "type",
- *    "compute_units"}, "kernels": {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
- *    "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs", "pct_copy",
- *    "gflops"}...]}, "gemm": {...}}  (gemm: cf_bench_gemm's object, `bench gemm` or `all` only) */
+ * JSON (--json): the report's "kernels" member (schema at the top of app/cmd_bench.c):
+ *   {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
+ *    "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs", "pct_copy", "gflops"}...]} */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +52,9 @@ typedef struct bench {
   cf_context *ctx;
   int repeat;
   const char *only;         /* substring filter on kernel names, or NULL */
-  FILE *json;
+  json_t *report;           /* the JSON report (NULL: none), and its kernels' results */
+  json_t *rows;
   FILE *tables;             /* stdout, or stderr when the JSON goes to stdout */
-  int nrows;                /* rows written to json so far */
   double copy_gbs;
   int N, C, T, NH, B;
   size_t n;                 /* N*C */
@@ -299,13 +298,14 @@ static cf_status run_case(bench *s, const kernel_case *k) {
   else
     fprintf(s->tables, "%-28s %-18s %10.1f %8.2f %6.0f%%\n", k->name, shape, sec * 1e6, gbs, pct);
   fflush(stdout);
-  if (s->json) {
-    fprintf(s->json, "%s\n      {\"kernel\": ", s->nrows++ ? "," : "");
-    cf_json_string(s->json, k->name);
-    fprintf(s->json, ", \"N\": %d, \"C\": %d, \"T\": %d, \"NH\": %d, \"bytes\": %.0f, \"flops\": %.0f, \"us\": %.3f, ",
-            s->N, s->C, s->T, s->NH, bytes, flops, sec * 1e6);
-    if (k->attention) fprintf(s->json, "\"gbs\": null, \"pct_copy\": null, \"gflops\": %.3f}", gfl);
-    else fprintf(s->json, "\"gbs\": %.3f, \"pct_copy\": %.1f, \"gflops\": null}", gbs, pct);
+  if (s->rows) {  /* attention has no GB/s, the others no GFLOP/s: NaN, so null */
+    json_t *row = json_pack("{s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:o, s:o, s:o, s:o}", "kernel", k->name, "N", s->N,
+                            "C", s->C, "T", s->T, "NH", s->NH, "bytes", (json_int_t)llround(bytes), "flops",
+                            (json_int_t)llround(flops), "us", cf_json_num(sec * 1e6, "%.3f"), "gbs",
+                            cf_json_num(k->attention ? NAN : gbs, "%.3f"), "pct_copy",
+                            cf_json_num(k->attention ? NAN : pct, "%.1f"), "gflops",
+                            cf_json_num(k->attention ? gfl : NAN, "%.3f"));
+    if (json_array_append_new(s->rows, row)) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
   }
   return CF_OK;
 }
@@ -441,11 +441,14 @@ static cf_status bench_all(bench *s) {
   if (ev_gbs > 0) fprintf(s->tables, ", %.2f GB/s by its profiling event", ev_gbs);
   fprintf(s->tables, "\ntiming: wall-clock around batches of launches between clFinish, median of %d samples\n\n", s->repeat);
   fprintf(s->tables, "%-28s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
-  if (s->json) {
-    fprintf(s->json, "\"kernels\": {\n    \"copy\": {\"bytes\": %.0f, \"gbs\": %.3f, \"gbs_event\": %.3f, "
-            "\"method\": \"clEnqueueCopyBuffer, bytes read + written\"},\n"
-            "    \"method\": \"wall-clock batches between clFinish, median of %d\",\n    \"results\": [",
-            2.0 * BENCH_COPY_FLOATS * 4, s->copy_gbs, ev_gbs, s->repeat);
+  if (s->rows) {  /* the results fill s->rows as they come, so a failed run still reports the ones it has */
+    char method[80];
+    snprintf(method, sizeof method, "wall-clock batches between clFinish, median of %d", s->repeat);
+    CF_TRY(cf_json_set(s->report, "kernels",
+                       json_pack("{s:{s:I, s:o, s:o, s:s}, s:s, s:O}", "copy", "bytes",
+                                 (json_int_t)BENCH_COPY_FLOATS * 2 * 4, "gbs", cf_json_num(s->copy_gbs, "%.3f"),
+                                 "gbs_event", cf_json_num(ev_gbs, "%.3f"), "method",
+                                 "clEnqueueCopyBuffer, bytes read + written", "method", method, "results", s->rows)));
   }
   s->N = BENCH_N;
   s->T = BENCH_T;
@@ -460,18 +463,17 @@ static cf_status bench_all(bench *s) {
       CF_TRY(run_case(s, &cases[k]));
     }
   }
-  if (s->json) fprintf(s->json, "\n    ]\n  }");
   return CF_OK;
 }
 
-cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *json) {
+cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *tables, json_t *report) {
   bench s;
   memset(&s, 0, sizeof s);
   s.ctx = ctx;
   s.repeat = repeat > 0 ? repeat : 20;
   s.only = only;
-  s.json = json;
-  s.tables = json == stdout ? stderr : stdout;
+  s.tables = tables;
+  s.report = report;
   if (only) {
     int any = 0;
     char names[2048] = "";
@@ -481,7 +483,9 @@ cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *
     }
     if (!any) return CF_FAIL(CF_ERR_INVALID_ARG, "--only '%s' matches no kernel; the kernels are: %s", only, names);
   }
+  if (report && !(s.rows = json_array())) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   cf_status st = bench_all(&s);
   free_bench(&s);
+  json_decref(s.rows);
   return st;
 }

@@ -33,6 +33,7 @@
  *
  * JSON: the value of the caller's "gemm" key, documented at the top of src/cmd_bench.c. */
 #include <dlfcn.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,14 +250,11 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
   return st;
 }
 
-static void json_stats(FILE *f, const char *key, const double *v, int ok) {
-  if (ok) fprintf(f, ", \"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", key, v[0], v[1], v[2]);
-  else fprintf(f, ", \"%s\": null", key);
-}
-
-static void json_num(FILE *f, const char *key, double v) {
-  if (isfinite(v)) fprintf(f, "\"%s\": %.4f", key, v);
-  else fprintf(f, "\"%s\": null", key);
+/* {"median", "min", "max"} GFLOP/s, or null for an implementation not timed */
+static json_t *stats_json(const double *v, int ok) {
+  if (!ok) return json_null();
+  return json_pack("{s:o, s:o, s:o}", "median", cf_json_num(v[0], "%.3f"), "min", cf_json_num(v[1], "%.3f"), "max",
+                   cf_json_num(v[2], "%.3f"));
 }
 
 /* "2.10x faster" for a time ratio (theirs / ours) of 2.1, "4.50x slower" for 0.222. */
@@ -266,17 +264,41 @@ static const char *speed_words(double ratio, char *buf, size_t n) {
   return buf;
 }
 
-/* "k0": v0, "k1": v1, ... */
-static void json_nums(FILE *f, const char *const *keys, const double *v, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    if (i) fprintf(f, ", ");
-    json_num(f, keys[i], v[i]);
-  }
+/* {"k0": v0, "k1": v1, ...} at 4 decimals, null where NaN (an implementation not timed) */
+static json_t *nums_json(const char *const *keys, const double *v, size_t n) {
+  json_t *o = json_object();
+  for (size_t i = 0; o && i < n; i++)
+    if (json_object_set_new(o, keys[i], cf_json_num(v[i], "%.4f"))) {
+      json_decref(o);
+      o = NULL;
+    }
+  return o;
 }
 
-cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *json) {
+/* The report's "gemm" object up to its (still empty) shapes; what it says of OpenBLAS and tuning. */
+static json_t *gemm_json(const cf_device_info *d, double peak, const blas *bl, int have_blas, int tuned,
+                         const char *tuning, const char *tpath, int repeat) {
+  json_t *ob = have_blas ? json_pack("{s:s, s:i}", "core", bl->core, "threads", bl->threads) : json_null();
+  json_t *tu = tuned ? json_pack("{s:o, s:o}", "applied", cf_json_str(tuning), "file", cf_json_str(tpath)) : json_null();
+  return json_pack("{s:o, s:o, s:o, s:o, s:i, s:[]}", "device", cf_json_str(d->name), "peak_gflops",
+                   cf_json_num(peak, "%.4f"), "openblas", ob, "clblast_tuning", tu, "repeat", repeat, "shapes");
+}
+
+/* One row of "shapes": the shape, each implementation's GFLOP/s, and the ratios. */
+static json_t *shape_json(const gemm_shape *s, double flops, double stats[NIMPL][3], int nimpl, const double *dstats,
+                          int dflt, double own_vs_clblast, double own_vs_openblas, double peak_vs_clblast) {
+  char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
+  return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "name", s->name, "op",
+                   op, "M", (json_int_t)s->M, "N", (json_int_t)s->N, "K", (json_int_t)s->K, "batch",
+                   (json_int_t)s->batch, "flops", (json_int_t)llround(flops), "per_step", s->per_step, impl_names[0],
+                   stats_json(stats[0], nimpl > 0), impl_names[1], stats_json(stats[1], nimpl > 1), impl_names[2],
+                   stats_json(stats[2], nimpl > 2), "clblast_default", stats_json(dstats, dflt), "own_vs_clblast",
+                   cf_json_num(own_vs_clblast, "%.4f"), "own_vs_openblas", cf_json_num(own_vs_openblas, "%.4f"),
+                   "peak_vs_clblast", cf_json_num(peak_vs_clblast, "%.4f"));
+}
+
+cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *out, json_t *report) {
   if (repeat <= 0) repeat = BENCH_GEMM_REPEAT;
-  FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
   const cf_device_info *d = cf_context_device(ctx);
   gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
   int nsh = cf_model_gemm_shapes(cfg, sh);
@@ -331,21 +353,10 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   fprintf(out, "  %-22s %-22s %7s", tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
   if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
   fprintf(out, "\n");
-  if (json) {
-    fprintf(json, "{\n    \"device\": ");
-    cf_json_string(json, d->name);
-    fprintf(json, ",\n    ");
-    json_num(json, "peak_gflops", peak);
-    if (have_blas) fprintf(json, ",\n    \"openblas\": {\"core\": \"%s\", \"threads\": %d}", bl.core, bl.threads);
-    else fprintf(json, ",\n    \"openblas\": null");
-    if (tuned) {
-      fprintf(json, ",\n    \"clblast_tuning\": {\"applied\": ");
-      cf_json_string(json, tuning);
-      fprintf(json, ", \"file\": ");
-      cf_json_string(json, tpath);
-      fprintf(json, "}");
-    } else fprintf(json, ",\n    \"clblast_tuning\": null");
-    fprintf(json, ",\n    \"repeat\": %d,\n    \"shapes\": [", repeat);
+  json_t *g = NULL;  /* the report's "gemm" (borrowed from it), filled as the shapes are timed */
+  if (report) {
+    CF_TRY(cf_json_set(report, "gemm", gemm_json(d, peak, &bl, have_blas, tuned, tuning, tpath, repeat)));
+    g = json_object_get(report, "gemm");
   }
 
   double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
@@ -387,20 +398,10 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
     if (have_blas) fprintf(out, " %6.2fx", ratio_blas[si]);
     fprintf(out, "\n");
     fflush(out);
-    if (json) {
-      fprintf(json, "%s\n      {\"name\": \"%s\", \"op\": \"%s\", \"M\": %zu, \"N\": %zu, \"K\": %zu, \"batch\": %zu, "
-              "\"flops\": %.0f, \"per_step\": %d", si ? "," : "", s->name, op, s->M, s->N, s->K, s->batch, flops,
-              s->per_step);
-      for (int impl = 0; impl < NIMPL; impl++) json_stats(json, impl_names[impl], stats[impl], impl < nimpl);
-      json_stats(json, "clblast_default", dstats[si], dflt);
-      fprintf(json, ", ");
-      json_num(json, "own_vs_clblast", ratio_clb[si]);
-      fprintf(json, ", ");
-      json_num(json, "own_vs_openblas", ratio_blas[si]);
-      fprintf(json, ", ");
-      json_num(json, "peak_vs_clblast", ceiling_clb[si]);
-      fprintf(json, "}");
-    }
+    if (g && json_array_append_new(json_object_get(g, "shapes"), shape_json(s, flops, stats, nimpl, dstats[si], dflt,
+                                                                             ratio_clb[si], ratio_blas[si],
+                                                                             ceiling_clb[si])))
+      st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
   }
   if (st == CF_OK) {
     double m[NIMPL], mr_clb = cf_median(ratio_clb, nsh), mr_blas = have_blas ? cf_median(ratio_blas, nsh) : NAN;
@@ -428,7 +429,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
               "shapes' tuned/default %.2fx; one step's products %.1f ms with its defaults", m_dflt, mr_tuning, dflt_ms);
     }
     fprintf(out, "\n");
-    if (json) {  /* absent implementations' entries are NaN here, null in the JSON */
+    if (g) {  /* absent implementations' entries are NaN here, null in the JSON */
       const char *mk[] = {impl_names[0], impl_names[1], impl_names[2], "clblast_default", "own_vs_clblast",
                           "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"};
       double mv[] = {m[0], m[1], m[2], m_dflt, mr_clb, mr_blas, m_ceiling, mr_tuning};
@@ -437,11 +438,8 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
       double sv[] = {step_gflop, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], have_blas ? step_ms[IMPL_BLAS] : NAN,
                      dflt ? dflt_ms : NAN, step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN],
                      have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN};
-      fprintf(json, "\n    ],\n    \"median\": {");
-      json_nums(json, mk, mv, sizeof mv / sizeof *mv);
-      fprintf(json, "},\n    \"per_step\": {");
-      json_nums(json, sk, sv, sizeof sv / sizeof *sv);
-      fprintf(json, "}\n  }");
+      st = cf_json_set(g, "median", nums_json(mk, mv, sizeof mv / sizeof *mv));
+      if (st == CF_OK) st = cf_json_set(g, "per_step", nums_json(sk, sv, sizeof sv / sizeof *sv));
     }
   }
   /* OpenBLAS stays loaded: unloading a library with live worker threads is not worth the risk */

@@ -26,6 +26,7 @@
  * side's spinning worker threads (OpenMP, OpenBLAS, PoCL) steal the cores from the other. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
@@ -49,11 +50,6 @@ extern char **environ;
 #define MAX_OPS 128
 #define MAX_STEPS 10000
 
-static void json_number(FILE *f, double v, const char *fmt) {
-  if (isfinite(v)) fprintf(f, fmt, v);
-  else fputs("null", f);
-}
-
 static void pause_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   while (nanosleep(&ts, &ts) && errno == EINTR) {
@@ -67,6 +63,7 @@ typedef struct torch_child {
   FILE *to, *from;
   char tmp_config[64];
   char info[4096];  /* its first line: a JSON object describing the setup */
+  json_t *setup;    /* that line, parsed */
 } torch_child;
 
 static const char *python_path(void) {
@@ -109,6 +106,7 @@ static void torch_stop(torch_child *t) {
     }
   }
   if (t->tmp_config[0]) unlink(t->tmp_config);
+  json_decref(t->setup);
   memset(t, 0, sizeof *t);
 }
 
@@ -190,6 +188,12 @@ static cf_status torch_start(torch_child *t, const cf_config *cfg, const cf_benc
                    py, script);
   }
   t->info[strcspn(t->info, "\n")] = 0;
+  t->setup = json_loads(t->info, JSON_REJECT_DUPLICATES, NULL);
+  if (!json_is_object(t->setup)) {
+    cf_status st = CF_FAIL(CF_ERR_IO, "--vs-torch: %s did not describe its setup in JSON: %.200s", script, t->info);
+    torch_stop(t);
+    return st;
+  }
   return CF_OK;
 }
 
@@ -199,32 +203,24 @@ static cf_status torch_run(torch_child *t, int n, double *v, int *nv) {
   fflush(t->to);
   static char line[1 << 16];
   if (!fgets(line, sizeof line, t->from)) return CF_FAIL(CF_ERR_IO, "--vs-torch: torch_step.py stopped answering");
-  const char *p = strchr(line, '[');
-  int got = 0;
-  while (p && *p && *p != ']' && got < n) {
-    char *end;
-    double x = strtod(p + 1, &end);
-    if (end == p + 1) break;
-    v[(*nv)++] = x;
-    got++;
-    p = end;
+  json_t *answer = json_loads(line, 0, NULL), *times = json_object_get(answer, "times");  /* {"times": [s, ...]} */
+  int ok = json_is_array(times) && json_array_size(times) == (size_t)n;
+  for (int i = 0; ok && i < n; i++) {
+    json_t *x = json_array_get(times, (size_t)i);
+    ok = json_is_number(x);
+    if (ok) v[(*nv)++] = json_number_value(x);
   }
-  if (got != n) return CF_FAIL(CF_ERR_IO, "--vs-torch: unexpected answer from torch_step.py: %.200s", line);
+  json_decref(answer);
+  if (!ok) return CF_FAIL(CF_ERR_IO, "--vs-torch: unexpected answer from torch_step.py: %.200s", line);
   return CF_OK;
 }
 
-/* A string field of the child's info line (flat JSON, our own format), or "?". */
-static void info_field(const char *info, const char *key, char *out, size_t n) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\": ", key);
-  const char *p = strstr(info, pat);
-  snprintf(out, n, "?");
-  if (!p) return;
-  p += strlen(pat);
-  if (*p == '"') {
-    const char *q = strchr(p + 1, '"');
-    if (q) snprintf(out, n, "%.*s", (int)(q - p - 1), p + 1);
-  } else snprintf(out, n, "%.*s", (int)strcspn(p, ",}"), p);
+/* A field of the child's setup as text (a string as is, anything else as JSON), or "?". */
+static void info_field(json_t *setup, const char *key, char *out, size_t n) {
+  json_t *v = json_object_get(setup, key);
+  char *text = json_is_string(v) ? NULL : v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+  snprintf(out, n, "%s", json_is_string(v) ? json_string_value(v) : text ? text : "?");
+  free(text);
 }
 
 /* ---------- clformer's step ---------- */
@@ -255,8 +251,30 @@ static cf_status timed_steps(cf_context *ctx, stepper *s, int n, double *v, int 
 
 static int is_gemm(const char *name) { return !strncmp(name, "gemm", 4) || !strncmp(name, "clblast", 7); }
 
-cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *json) {
-  FILE *out = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
+/* {"median", "min", "max"} in ms, from seconds */
+static json_t *ms_json(double med, double min, double max) {
+  return json_pack("{s:o, s:o, s:o}", "median", cf_json_num(med * 1e3, "%.4f"), "min", cf_json_num(min * 1e3, "%.4f"),
+                   "max", cf_json_num(max * 1e3, "%.4f"));
+}
+
+/* The report's "breakdown": per-step means of the profiled steps, one row per kernel name. */
+static json_t *breakdown_json(const cf_profile_entry *ops, int nops, int psteps, double step_s, double dev, double gemm_ms) {
+  json_t *rows = json_array();
+  for (int i = 0; rows && i < nops; i++)
+    if (json_array_append_new(rows, json_pack("{s:s, s:o, s:o, s:o}", "name", ops[i].name, "calls",
+                                              cf_json_num((double)ops[i].calls / psteps, "%.2f"), "ms",
+                                              cf_json_num(ops[i].ms, "%.4f"), "share",
+                                              cf_json_num(ops[i].ms / dev, "%.4f")))) {
+      json_decref(rows);
+      rows = NULL;
+    }
+  if (!rows) return NULL;
+  return json_pack("{s:i, s:o, s:o, s:o, s:o}", "steps", psteps, "step_ms", cf_json_num(step_s * 1e3, "%.4f"),
+                   "device_ms", cf_json_num(dev, "%.4f"), "gemm_ms", cf_json_num(gemm_ms, "%.4f"), "ops", rows);
+}
+
+cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *out,
+                        json_t *report) {
   int steps = o->steps > 0 ? o->steps : 20, warmup = o->warmup >= 1 ? o->warmup : 1;
   int psteps = o->profile_steps > 0 ? o->profile_steps : 3;
   if (steps > MAX_STEPS) steps = MAX_STEPS;
@@ -380,12 +398,12 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
     }
     tmed = cf_median(tv, nt);
     ratio = tmed / cmed;
-    info_field(tc.info, "torch_version", tver, sizeof tver);
-    info_field(tc.info, "threads", tthreads, sizeof tthreads);
-    info_field(tc.info, "openblas_core", tcore, sizeof tcore);
-    info_field(tc.info, "blas", tblas, sizeof tblas);
-    info_field(tc.info, "openblas_threads", tobthreads, sizeof tobthreads);
-    info_field(tc.info, "settings", tsettings, sizeof tsettings);
+    info_field(tc.setup, "torch_version", tver, sizeof tver);
+    info_field(tc.setup, "threads", tthreads, sizeof tthreads);
+    info_field(tc.setup, "openblas_core", tcore, sizeof tcore);
+    info_field(tc.setup, "blas", tblas, sizeof tblas);
+    info_field(tc.setup, "openblas_threads", tobthreads, sizeof tobthreads);
+    info_field(tc.setup, "settings", tsettings, sizeof tsettings);
     fprintf(out, "\nPyTorch %s on the host CPU (%s threads, OpenBLAS %s threads; BLAS: %s; OpenBLAS core: %s), %d steps "
             "interleaved in %d rounds:\n  settings: %s\n  median %.2f ms [min %.2f, max %.2f], %.0f tokens/s\n", tver,
             tthreads, tobthreads, tblas, tcore, nt, rounds, tsettings, tmed * 1e3, tmin * 1e3, tmax * 1e3, N / tmed);
@@ -393,38 +411,26 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   }
   fflush(out);
 
-  if (json) {
-    fprintf(json, "{\n    \"model\": {\"norm\": \"%s\", \"layers\": %d, \"d_model\": %d, \"heads\": %d, \"d_ff\": %d, "
-            "\"vocab\": 256, \"seq_len\": %d, \"batch_size\": %d, \"params\": %zu},\n",
-            cfg->model.norm == CF_NORM_PRE ? "pre" : "post", cfg->model.layers, cfg->model.d_model, cfg->model.heads,
-            cfg->model.d_ff, T, B, params);
-    fprintf(json, "    \"gemm\": \"%s\", \"warmup\": %d, \"steps\": %d,\n", cf_gemm_impl_name(gimpl), warmup, nc);
-    fprintf(json, "    \"step_ms\": {\"median\": %.4f, \"min\": %.4f, \"max\": %.4f},\n", cmed * 1e3, cmin * 1e3,
-            cmax * 1e3);
-    fprintf(json, "    \"tokens_per_s\": %.1f, \"flops_per_step\": %.0f, \"gflops\": %.3f,\n", tps, flops, gfl);
-    if (o->t_start > 0)
-      fprintf(json, "    \"startup\": {\"context_s\": %.4f, \"model_s\": %.4f, \"first_step_s\": %.4f, \"total_s\": %.4f, "
-              "\"cache_hits\": %d, \"cache_misses\": %d},\n", o->t_context - o->t_start, t_model1 - t_model0,
-              t_first - t_model1, t_first - o->t_start, cache.hits, cache.misses);
-    else fprintf(json, "    \"startup\": null,\n");
-    fprintf(json, "    \"breakdown\": {\"steps\": %d, \"step_ms\": %.4f, \"device_ms\": %.4f, \"gemm_ms\": %.4f, \"ops\": [",
-            psteps, prof_wall * 1e3, dev, gemm_ms);
-    for (int i = 0; i < nops; i++) {
-      fprintf(json, "%s\n      {\"name\": ", i ? "," : "");
-      cf_json_string(json, ops[i].name);
-      fprintf(json, ", \"calls\": %.2f, \"ms\": %.4f, \"share\": %.4f}", (double)ops[i].calls / psteps, ops[i].ms,
-              ops[i].ms / dev);
-    }
-    fprintf(json, "%s]},\n    \"torch\": ", nops ? "\n    " : "");
-    if (!o->vs_torch) fprintf(json, "null");
-    else {
-      fprintf(json, "{\"setup\": %s,\n      \"steps\": %d, \"rounds\": %d, \"step_ms\": {\"median\": %.4f, \"min\": %.4f, "
-              "\"max\": %.4f}, \"tokens_per_s\": %.1f, \"clformer_vs_torch\": ", tc.info, nt, rounds, tmed * 1e3,
-              tmin * 1e3, tmax * 1e3, N / tmed);
-      json_number(json, ratio, "%.4f");
-      fprintf(json, "}");
-    }
-    fprintf(json, "\n  }");
+  if (report) {
+    json_t *model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "norm",
+                              cfg->model.norm == CF_NORM_PRE ? "pre" : "post", "layers", cfg->model.layers, "d_model",
+                              cfg->model.d_model, "heads", cfg->model.heads, "d_ff", cfg->model.d_ff, "vocab", 256,
+                              "seq_len", T, "batch_size", B, "params", (json_int_t)params);
+    json_t *startup = o->t_start <= 0 ? json_null()
+        : json_pack("{s:o, s:o, s:o, s:o, s:i, s:i}", "context_s", cf_json_num(o->t_context - o->t_start, "%.4f"),
+                    "model_s", cf_json_num(t_model1 - t_model0, "%.4f"), "first_step_s",
+                    cf_json_num(t_first - t_model1, "%.4f"), "total_s", cf_json_num(t_first - o->t_start, "%.4f"),
+                    "cache_hits", cache.hits, "cache_misses", cache.misses);
+    json_t *torch = !o->vs_torch ? json_null()
+        : json_pack("{s:O, s:i, s:i, s:o, s:o, s:o}", "setup", tc.setup, "steps", nt, "rounds", rounds, "step_ms",
+                    ms_json(tmed, tmin, tmax), "tokens_per_s", cf_json_num(N / tmed, "%.1f"), "clformer_vs_torch",
+                    cf_json_num(ratio, "%.4f"));
+    st = cf_json_set(report, "step",
+                     json_pack("{s:o, s:s, s:i, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", model, "gemm",
+                               cf_gemm_impl_name(gimpl), "warmup", warmup, "steps", nc, "step_ms",
+                               ms_json(cmed, cmin, cmax), "tokens_per_s", cf_json_num(tps, "%.1f"), "flops_per_step",
+                               (json_int_t)llround(flops), "gflops", cf_json_num(gfl, "%.3f"), "startup", startup,
+                               "breakdown", breakdown_json(ops, nops, psteps, prof_wall, dev, gemm_ms), "torch", torch));
   }
 
 done:

@@ -2,6 +2,7 @@
  * language model. One YAML file names a base config and variants (sets of key overrides); each
  * variant (times each seed) is an ordinary training run in OUT/<variant>[/seed<S>]; finished runs
  * are skipped and unfinished ones resumed. Then summary.md, summary.json and curves.svg. */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,9 +425,50 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   svg_end(f);
 }
 
-static void json_num(FILE *f, double v) {
-  if (isfinite(v)) fprintf(f, "%.6g", v);
-  else fputs("null", f);
+/* summary.json, one run's row. */
+static json_t *run_json(const spec *s, int i, int k, const run_rec *r) {
+  char dir[1200];
+  run_dir(s, i, k, dir, sizeof dir);
+  unsigned long long seed = s->v[i].cfg.seed + (unsigned long long)k;
+  return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:b, s:b, s:o, s:o}", "seed",
+                   (long long)seed >= 0 ? json_integer((json_int_t)seed) : json_real((double)seed), "dir",
+                   cf_json_str(dir), "steps_done", r->steps_done, "final_valid", cf_json_num(r->final_valid, "%.6g"),
+                   "best_valid", cf_json_num(r->best_valid, "%.6g"), "step_to_target",
+                   r->step_to_target >= 0 ? json_integer(r->step_to_target) : json_null(), "diverged", r->diverged,
+                   "plateaued", r->plateaued, "wall_s", cf_json_num(r->wall_s, "%.3f"), "tokens_per_s",
+                   cf_json_num(r->tokens_per_s, "%.1f"));
+}
+
+/* summary.json, one variant: its settings, the means over its runs, and the runs present. */
+static json_t *variant_json(const spec *s, int i, const agg *a, const run_rec *runs) {
+  const cf_config *c = &s->v[i].cfg;
+  json_t *rows = json_array();
+  int bad = !rows;
+  for (int k = 0; k < s->seeds; k++)
+    if (runs[k].present) bad |= json_array_append_new(rows, run_json(s, i, k, &runs[k]));
+  json_t *mean = json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o}", "final_valid",
+                           cf_json_num(a->final_mean, "%.6g"), "final_valid_sd", cf_json_num(a->final_sd, "%.6g"),
+                           "best_valid", cf_json_num(a->best_mean, "%.6g"), "step_to_target",
+                           cf_json_num(a->target_mean, "%.6g"), "runs", a->runs, "diverged", a->diverged, "plateaued",
+                           a->plateaued, "wall_s", cf_json_num(a->wall_mean, "%.6g"), "tokens_per_s",
+                           cf_json_num(a->tps_mean, "%.6g"));
+  json_t *v = json_pack("{s:o, s:s, s:o, s:i, s:i, s:s, s:o, s:o}", "name", cf_json_str(s->v[i].name), "norm",
+                        c->model.norm == CF_NORM_PRE ? "pre" : "post", "lr", cf_json_num(c->optim.lr, "%g"), "warmup",
+                        c->schedule.warmup, "steps", c->train.steps, "result", verdict(a), "mean", mean, "runs", rows);
+  if (bad) json_decref(v);
+  return bad ? NULL : v;
+}
+
+/* summary.json: the numbers of summary.md for scripts; NULL when out of memory. */
+static json_t *summary_json(const spec *s, run_rec **runs, const agg *a, double entropy) {
+  json_t *variants = json_array();
+  int bad = !variants;
+  for (int i = 0; i < s->nv; i++) bad |= json_array_append_new(variants, variant_json(s, i, &a[i], runs[i]));
+  json_t *doc = json_pack("{s:o, s:o, s:i, s:i, s:o}", "unigram_entropy", cf_json_num(entropy, "%.6g"), "target_loss",
+                          cf_json_num(s->target_loss, "%.6g"), "plateau_after", s->plateau_after, "seeds", s->seeds,
+                          "variants", variants);
+  if (bad) json_decref(doc);
+  return bad ? NULL : doc;
 }
 
 static cf_status write_report(const spec *s, run_rec **runs, double entropy, int log_steps) {
@@ -471,51 +513,13 @@ static cf_status write_report(const spec *s, run_rec **runs, double entropy, int
   fclose(f);
   /* summary.json */
   snprintf(path, sizeof path, "%s/summary.json", s->out);
-  f = fopen(path, "w");
-  if (!f) { free(a); return CF_FAIL(CF_ERR_IO, "cannot write %s", path); }
-  fprintf(f, "{\n  \"unigram_entropy\": %.6g,\n  \"target_loss\": ", entropy);
-  json_num(f, s->target_loss);
-  fprintf(f, ",\n  \"plateau_after\": %d,\n  \"seeds\": %d,\n  \"variants\": [\n", s->plateau_after, s->seeds);
-  for (int i = 0; i < s->nv; i++) {
-    const cf_config *c = &s->v[i].cfg;
-    fprintf(f, "    {\"name\": \"%s\", \"norm\": \"%s\", \"lr\": %g, \"warmup\": %d, \"steps\": %d, \"result\": \"%s\",\n",
-            s->v[i].name, c->model.norm == CF_NORM_PRE ? "pre" : "post", c->optim.lr, c->schedule.warmup, c->train.steps,
-            verdict(&a[i]));
-    fprintf(f, "     \"mean\": {\"final_valid\": ");
-    json_num(f, a[i].final_mean);
-    fputs(", \"final_valid_sd\": ", f);
-    json_num(f, a[i].final_sd);
-    fputs(", \"best_valid\": ", f);
-    json_num(f, a[i].best_mean);
-    fputs(", \"step_to_target\": ", f);
-    json_num(f, a[i].target_mean);
-    fprintf(f, ", \"runs\": %d, \"diverged\": %d, \"plateaued\": %d, \"wall_s\": ", a[i].runs, a[i].diverged, a[i].plateaued);
-    json_num(f, a[i].wall_mean);
-    fputs(", \"tokens_per_s\": ", f);
-    json_num(f, a[i].tps_mean);
-    fputs("},\n     \"runs\": [", f);
-    int first = 1;
-    for (int k = 0; k < s->seeds; k++) {
-      run_rec *r = &runs[i][k];
-      if (!r->present) continue;
-      char dir[1200];
-      run_dir(s, i, k, dir, sizeof dir);
-      fprintf(f, "%s\n       {\"seed\": %llu, \"dir\": \"%s\", \"steps_done\": %d, \"final_valid\": ", first ? "" : ",",
-              s->v[i].cfg.seed + (unsigned long long)k, dir, r->steps_done);
-      json_num(f, r->final_valid);
-      fputs(", \"best_valid\": ", f);
-      json_num(f, r->best_valid);
-      fprintf(f, ", \"step_to_target\": ");
-      if (r->step_to_target >= 0) fprintf(f, "%d", r->step_to_target);
-      else fputs("null", f);
-      fprintf(f, ", \"diverged\": %s, \"plateaued\": %s, \"wall_s\": %.3f, \"tokens_per_s\": %.1f}",
-              r->diverged ? "true" : "false", r->plateaued ? "true" : "false", r->wall_s, r->tokens_per_s);
-      first = 0;
-    }
-    fprintf(f, "]}%s\n", i + 1 < s->nv ? "," : "");
+  json_t *doc = summary_json(s, runs, a, entropy);
+  cf_status st = cf_json_write_file(doc, path);
+  json_decref(doc);
+  if (st != CF_OK) {
+    free(a);
+    return st;
   }
-  fputs("  ]\n}\n", f);
-  fclose(f);
   snprintf(path, sizeof path, "%s/curves.svg", s->out);
   write_svg(s, runs, entropy, log_steps, path);
   free(a);

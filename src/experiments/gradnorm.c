@@ -3,6 +3,7 @@
  * batch: the Frobenius norm of the gradient of every layer's FFN weights (W1, W2), attention
  * output projection and LN gains, before any update. Then the scaling of the last layer's W2
  * gradient with depth: Theorem 1 predicts about L^0 for Post-LN and L^-1/2 for Pre-LN. */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,53 @@ static void mean_sd(double *norms, const gn_spec *s, int ni, int di, int l, int 
   *sd = s->seeds > 1 ? sqrt(fmax(0, (b - a * a / s->seeds) / (s->seeds - 1))) : 0;
 }
 
+/* mean (or sd) rows of one placement and depth: per layer, one number per quantity (6 digits).
+ * Jansson's calls take NULL containers and values quietly, so one flag tells of any failure. */
+static json_t *rows_json(double *norms, const gn_spec *s, int ni, int di, int Lmax, int want_sd) {
+  json_t *rows = json_array();
+  int bad = !rows;
+  for (int l = 0; !bad && l < s->depths[di]; l++) {
+    json_t *row = json_array();
+    for (int q = 0; q < NQ; q++) {
+      double mu, sd;
+      mean_sd(norms, s, ni, di, l, q, Lmax, &mu, &sd);
+      bad |= json_array_append_new(row, cf_json_num(want_sd ? sd : mu, "%.6g"));
+    }
+    bad |= json_array_append_new(rows, row);
+  }
+  if (bad) json_decref(rows);
+  return bad ? NULL : rows;
+}
+
+/* gradnorm.json: every mean and sd, and the scaling of the last layer's W2 with depth; NULL when out
+ * of memory. */
+static json_t *gradnorm_json(double *norms, const gn_spec *s, int Lmax, const char *device, double ys[][32],
+                             const double *es) {
+  json_t *depths = json_array(), *quantities = json_array(), *placements = json_object(), *scaling = json_object();
+  int bad = 0;
+  for (int d = 0; d < s->ndepths; d++) bad |= json_array_append_new(depths, json_integer(s->depths[d]));
+  for (int q = 0; q < NQ; q++) bad |= json_array_append_new(quantities, json_string(qname[q]));
+  for (int ni = 0; ni < s->nnorms; ni++) {
+    int pre = s->norms[ni] == CF_NORM_PRE;
+    json_t *byd = json_object(), *ny = json_array();
+    for (int di = 0; di < s->ndepths; di++) {
+      char key[16];
+      snprintf(key, sizeof key, "%d", s->depths[di]);
+      bad |= json_object_set_new(byd, key, json_pack("{s:o, s:o}", "mean", rows_json(norms, s, ni, di, Lmax, 0), "sd",
+                                                     rows_json(norms, s, ni, di, Lmax, 1)));
+      bad |= json_array_append_new(ny, cf_json_num(ys[ni][di], "%.6g"));
+    }
+    bad |= json_object_set_new(placements, pre ? "pre" : "post", byd);
+    bad |= json_object_set_new(scaling, pre ? "pre" : "post",
+                               json_pack("{s:o, s:o, s:o}", "norms", ny, "exponent", cf_json_num(es[ni], "%.4f"),
+                                         "theorem1", pre ? json_real(-0.5) : json_integer(0)));
+  }
+  json_t *doc = json_pack("{s:o, s:i, s:o, s:o, s:o, s:o}", "device", cf_json_str(device), "seeds", s->seeds, "depths",
+                          depths, "quantities", quantities, "placements", placements, "last_layer_w2_scaling", scaling);
+  if (bad) json_decref(doc);
+  return bad ? NULL : doc;
+}
+
 /* Least-squares slope of log y against log x. */
 static double loglog_slope(const double *x, const double *y, int n) {
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -180,11 +228,7 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
   char p[1200];
   snprintf(p, sizeof p, "%s/gradnorm.md", s.out);
   FILE *md = fopen(p, "w");
-  snprintf(p, sizeof p, "%s/gradnorm.json", s.out);
-  FILE *js = fopen(p, "w");
-  if (!md || !js) {
-    if (md) fclose(md);
-    if (js) fclose(js);
+  if (!md) {
     st = CF_FAIL(CF_ERR_IO, "cannot write into %s", s.out);
     goto done;
   }
@@ -193,39 +237,6 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
               "%llu..%llu). Model: d_model %d, %d heads, d_ff %d, %s, device %s.\n\n", B, T, s.seeds, s.base.seed,
           s.base.seed + (unsigned long long)s.seeds - 1, s.base.model.d_model, s.base.model.heads, s.base.model.d_ff,
           s.base.model.activation == 0 ? "ReLU" : "GELU", cf_context_device(ctx)->name);
-  fprintf(js, "{\n  \"device\": \"%s\",\n  \"seeds\": %d,\n  \"depths\": [", cf_context_device(ctx)->name, s.seeds);
-  for (int d = 0; d < s.ndepths; d++) fprintf(js, "%s%d", d ? ", " : "", s.depths[d]);
-  fprintf(js, "],\n  \"quantities\": [");
-  for (int q = 0; q < NQ; q++) fprintf(js, "%s\"%s\"", q ? ", " : "", qname[q]);
-  fprintf(js, "],\n  \"placements\": {\n");
-  for (int ni = 0; ni < s.nnorms; ni++) {
-    fprintf(js, "    \"%s\": {\n", s.norms[ni] == CF_NORM_PRE ? "pre" : "post");
-    for (int di = 0; di < s.ndepths; di++) {
-      fprintf(js, "      \"%d\": {\"mean\": [", s.depths[di]);
-      for (int l = 0; l < s.depths[di]; l++) {
-        fprintf(js, "%s[", l ? ", " : "");
-        for (int q = 0; q < NQ; q++) {
-          double mu, sd;
-          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
-          fprintf(js, "%s%.6g", q ? ", " : "", mu);
-        }
-        fputs("]", js);
-      }
-      fputs("], \"sd\": [", js);
-      for (int l = 0; l < s.depths[di]; l++) {
-        fprintf(js, "%s[", l ? ", " : "");
-        for (int q = 0; q < NQ; q++) {
-          double mu, sd;
-          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
-          fprintf(js, "%s%.6g", q ? ", " : "", sd);
-        }
-        fputs("]", js);
-      }
-      fprintf(js, "]}%s\n", di + 1 < s.ndepths ? "," : "");
-    }
-    fprintf(js, "    }%s\n", ni + 1 < s.nnorms ? "," : "");
-  }
-  fputs("  },\n  \"last_layer_w2_scaling\": {", js);
   for (int di = 0; di < s.ndepths; di++) {
     fprintf(md, "## %d layers\n\n| layer |", s.depths[di]);
     for (int ni = 0; ni < s.nnorms; ni++)
@@ -251,8 +262,9 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
   for (int d = 0; d <= s.ndepths + 1; d++) fputs("---|", md);
   fputc('\n', md);
   if (o->report) fprintf(o->report, "last layer's W2 gradient norm against depth (mean over %d initialisations):\n", s.seeds);
+  double ys[2][32], es[2];  /* per placement: the last W2's norm at each depth, the fitted exponent */
   for (int ni = 0; ni < s.nnorms; ni++) {
-    double x[32], y[32];
+    double x[32], *y = ys[ni];
     fprintf(md, "| %s |", norm_name(s.norms[ni]));
     if (o->report) fprintf(o->report, "  %-8s", norm_name(s.norms[ni]));
     for (int di = 0; di < s.ndepths; di++) {
@@ -262,22 +274,19 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
       fprintf(md, " %.4g |", y[di]);
       if (o->report) fprintf(o->report, "  L=%d: %.4g", s.depths[di], y[di]);
     }
-    double e = s.ndepths > 1 ? loglog_slope(x, y, s.ndepths) : NAN;
+    double e = es[ni] = s.ndepths > 1 ? loglog_slope(x, y, s.ndepths) : NAN;
     const char *theory = s.norms[ni] == CF_NORM_PRE ? "L^-0.5" : "L^0";
     fprintf(md, " L^%.2f | %s |\n", e, theory);
     if (o->report) fprintf(o->report, "  -> fitted L^%.2f (Theorem 1: %s)\n", e, theory);
-    fprintf(js, "%s\"%s\": {\"norms\": [", ni ? ", " : "", s.norms[ni] == CF_NORM_PRE ? "pre" : "post");
-    for (int di = 0; di < s.ndepths; di++) fprintf(js, "%s%.6g", di ? ", " : "", y[di]);
-    fprintf(js, "], \"exponent\": ");
-    if (isfinite(e)) fprintf(js, "%.4f", e);
-    else fputs("null", js);
-    fprintf(js, ", \"theorem1\": %s}", s.norms[ni] == CF_NORM_PRE ? "-0.5" : "0");
   }
-  fputs("}\n}\n", js);
   fprintf(md, "\nFigure: [gradnorm.svg](gradnorm.svg) (W2 gradient norm against layer, one panel per depth, error bars over "
               "initialisations).\n");
   fclose(md);
-  fclose(js);
+  json_t *doc = gradnorm_json(norms, &s, Lmax, cf_context_device(ctx)->name, ys, es);
+  snprintf(p, sizeof p, "%s/gradnorm.json", s.out);
+  st = cf_json_write_file(doc, p);
+  json_decref(doc);
+  if (st != CF_OK) goto done;
 
   /* the figure: one panel per depth, W2 gradient norm against layer, a line per placement */
   int cols = s.ndepths < 2 ? 1 : 2, rows = (s.ndepths + cols - 1) / cols, PW = 440, PH = 260;

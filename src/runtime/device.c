@@ -1,5 +1,6 @@
 /* Device enumeration, selection by spec, and the context (device + context + in-order queue). */
 #include <ctype.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -203,29 +204,34 @@ void cf_device_print_table(FILE *f, const cf_device_info *l, int count, int auto
   }
 }
 
-void cf_device_print_json(FILE *f, const cf_device_info *l, int count, int auto_index) {
-  fprintf(f, "{\n  \"auto\": \"%d:%d\",\n  \"devices\": [\n", auto_index >= 0 ? l[auto_index].platform_index : -1,
-          auto_index >= 0 ? l[auto_index].device_index : -1);
-  for (int i = 0; i < count; i++) {
-    fprintf(f, "    {\"id\": \"%d:%d\", \"platform\": ", l[i].platform_index, l[i].device_index);
-    cf_json_string(f, l[i].platform_name);
-    fputs(", \"platform_version\": ", f);
-    cf_json_string(f, l[i].platform_version);
-    fputs(", \"name\": ", f);
-    cf_json_string(f, l[i].name);
-    fputs(", \"vendor\": ", f);
-    cf_json_string(f, l[i].vendor);
-    fprintf(f, ", \"type\": \"%s\", \"compute_units\": %u, \"clock_mhz\": %u, \"global_mem_bytes\": %llu, "
-               "\"local_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, \"max_work_group_size\": %zu, \"opencl_c_version\": ",
-            cf_device_type_str(l[i].type), l[i].compute_units, l[i].clock_mhz, l[i].global_mem, l[i].local_mem,
-            l[i].max_alloc, l[i].max_work_group);
-    cf_json_string(f, l[i].opencl_c_version);
-    fputs(", \"driver_version\": ", f);
-    cf_json_string(f, l[i].driver_version);
-    fprintf(f, ", \"fp16\": %s, \"fp64\": %s, \"auto\": %s}%s\n", l[i].fp16 ? "true" : "false",
-            l[i].fp64 ? "true" : "false", i == auto_index ? "true" : "false", i + 1 < count ? "," : "");
-  }
-  fputs("  ]\n}\n", f);
+/* One device's row of `devices --json`; NULL when out of memory. */
+static json_t *device_json(const cf_device_info *d, int is_auto) {
+  char id[32];
+  snprintf(id, sizeof id, "%d:%d", d->platform_index, d->device_index);
+  return json_pack("{s:s, s:o, s:o, s:o, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:b, s:b, s:b}", "id", id,
+                   "platform", cf_json_str(d->platform_name), "platform_version", cf_json_str(d->platform_version),
+                   "name", cf_json_str(d->name), "vendor", cf_json_str(d->vendor), "type", cf_device_type_str(d->type),
+                   "compute_units", (json_int_t)d->compute_units, "clock_mhz", (json_int_t)d->clock_mhz,
+                   "global_mem_bytes", (json_int_t)d->global_mem, "local_mem_bytes", (json_int_t)d->local_mem,
+                   "max_alloc_bytes", (json_int_t)d->max_alloc, "max_work_group_size", (json_int_t)d->max_work_group,
+                   "opencl_c_version", cf_json_str(d->opencl_c_version), "driver_version",
+                   cf_json_str(d->driver_version), "fp16", d->fp16, "fp64", d->fp64, "auto", is_auto);
+}
+
+cf_status cf_device_print_json(FILE *f, const cf_device_info *l, int count, int auto_index) {
+  char id[32];
+  snprintf(id, sizeof id, "%d:%d", auto_index >= 0 ? l[auto_index].platform_index : -1,
+           auto_index >= 0 ? l[auto_index].device_index : -1);
+  json_t *devices = json_array();
+  for (int i = 0; devices && i < count; i++)
+    if (json_array_append_new(devices, device_json(&l[i], i == auto_index))) {
+      json_decref(devices);
+      devices = NULL;
+    }
+  json_t *doc = devices ? json_pack("{s:s, s:o}", "auto", id, "devices", devices) : NULL;
+  cf_status st = cf_json_write(doc, f, "the device list");
+  json_decref(doc);
+  return st;
 }
 
 /* Work-group size for reductions: the largest power of two <= min(256, device max). */

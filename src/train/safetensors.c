@@ -1,7 +1,8 @@
-/* safetensors reader and writer. The reader holds a small JSON parser for the header: objects,
- * strings, integer arrays; enough for the format, strict about everything else. */
-#include <ctype.h>
-#include <limits.h>
+/* safetensors reader and writer. The header is JSON, parsed and written by Jansson; what is checked
+ * here is the format on top of it: F32 tensors with shapes that match their data_offsets, string
+ * metadata, and a data section that the tensors cover exactly once (no overlaps, no holes: the
+ * format forbids them so that a file cannot hide a second meaning). */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,63 +11,74 @@
 
 /* ---------- writing ---------- */
 
-static void json_escape(char **p, const char *s) {
-  *(*p)++ = '"';
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') { *(*p)++ = '\\'; *(*p)++ = (char)c; }
-    else if (c == '\n') { *(*p)++ = '\\'; *(*p)++ = 'n'; }
-    else if (c < 0x20) *p += sprintf(*p, "\\u%04x", c);
-    else *(*p)++ = (char)c;
+static size_t tensor_numel(const cf_st_tensor *t) {
+  size_t numel = 1;
+  for (int d = 0; d < t->ndim; d++) numel *= (size_t)t->shape[d];
+  return numel;
+}
+
+/* {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}; NULL when out of memory. */
+static json_t *tensor_json(const cf_st_tensor *t, size_t begin, size_t end) {
+  json_t *shape = json_array();
+  for (int d = 0; shape && d < t->ndim; d++)
+    if (json_array_append_new(shape, json_integer(t->shape[d]))) {
+      json_decref(shape);
+      shape = NULL;
+    }
+  if (!shape) return NULL;
+  return json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape, "data_offsets", (json_int_t)begin,
+                   (json_int_t)end);
+}
+
+/* The header object, keys in the order written: __metadata__ (when there is any), then the tensors
+ * in the order given, whose data follow one another from offset 0. */
+static cf_status header_json(const cf_st_tensor *t, int n, const char *const (*meta)[2], int n_meta, json_t **out,
+                             size_t *data_len) {
+  json_t *h = json_object(), *m = json_object();
+  *out = NULL;
+  *data_len = 0;
+  cf_status st = h && m ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; st == CF_OK && i < n_meta; i++) {
+    if (strlen(meta[i][1]) >= 16000 || strlen(meta[i][0]) >= 16000)
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%s' is too long", meta[i][0]);
+    else if (json_object_set_new(m, meta[i][0], json_string(meta[i][1])))
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%s' is not UTF-8 text (or out of memory)", meta[i][0]);
   }
-  *(*p)++ = '"';
+  if (st == CF_OK && n_meta) st = cf_json_set(h, "__metadata__", json_incref(m));
+  for (int i = 0; st == CF_OK && i < n; i++) {
+    size_t bytes = 4 * tensor_numel(&t[i]);
+    if (!strcmp(t[i].name, "__metadata__") || json_object_get(h, t[i].name))
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "tensor name '%s' is used twice (or is __metadata__)", t[i].name);
+    else st = cf_json_set(h, t[i].name, tensor_json(&t[i], *data_len, *data_len + bytes));
+    *data_len += bytes;
+  }
+  json_decref(m);
+  if (st == CF_OK) *out = h;
+  else json_decref(h);
+  return st;
 }
 
 cf_status cf_safetensors_write(const char *path, const cf_st_tensor *t, int n, const char *const (*meta)[2], int n_meta) {
-  size_t cap = 256, data_len = 0;
-  for (int i = 0; i < n_meta; i++)
-    if (strlen(meta[i][1]) >= 16000 || strlen(meta[i][0]) >= 16000)
-      return CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%s' is too long", meta[i][0]);
-  for (int i = 0; i < n; i++) cap += 2 * strlen(t[i].name) + 160;
-  for (int i = 0; i < n_meta; i++) cap += 6 * (strlen(meta[i][0]) + strlen(meta[i][1])) + 16;
-  char *hdr = malloc(cap), *p = hdr;
+  json_t *h;
+  size_t data_len;
+  CF_TRY(header_json(t, n, meta, n_meta, &h, &data_len));
+  /* compact, keys in insertion order: the bytes clformer's checkpoints have always had */
+  char *hdr = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(h);
   if (!hdr) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  *p++ = '{';
-  if (n_meta) {
-    p += sprintf(p, "\"__metadata__\":{");
-    for (int i = 0; i < n_meta; i++) {
-      if (i) *p++ = ',';
-      json_escape(&p, meta[i][0]);
-      *p++ = ':';
-      json_escape(&p, meta[i][1]);
-    }
-    *p++ = '}';
-  }
-  for (int i = 0; i < n; i++) {
-    size_t numel = 1;
-    for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
-    if (n_meta || i) *p++ = ',';
-    json_escape(&p, t[i].name);
-    p += sprintf(p, ":{\"dtype\":\"F32\",\"shape\":[");
-    for (int d = 0; d < t[i].ndim; d++) p += sprintf(p, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-    p += sprintf(p, "],\"data_offsets\":[%zu,%zu]}", data_len, data_len + 4 * numel);
-    data_len += 4 * numel;
-  }
-  *p++ = '}';
-  size_t hlen = (size_t)(p - hdr);
-  while ((8 + hlen) % 8) { *p++ = ' '; hlen++; }  /* pad so the data starts 8-byte aligned */
+  size_t json_len = strlen(hdr), hlen = (8 + json_len + 7) / 8 * 8 - 8;  /* space-padded: data start 8-byte aligned */
   size_t total = 8 + hlen + data_len;
   unsigned char *file = malloc(total);
   if (!file) { free(hdr); return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory for a %zu-byte checkpoint", total); }
   for (int b = 0; b < 8; b++) file[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
-  memcpy(file + 8, hdr, hlen);
+  memcpy(file + 8, hdr, json_len);
+  memset(file + 8 + json_len, ' ', hlen - json_len);
   free(hdr);
   size_t off = 8 + hlen;
   for (int i = 0; i < n; i++) {
-    size_t numel = 1;
-    for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
-    memcpy(file + off, t[i].data, 4 * numel);  /* little-endian hosts only (x86, ARM) */
-    off += 4 * numel;
+    size_t bytes = 4 * tensor_numel(&t[i]);
+    memcpy(file + off, t[i].data, bytes);  /* little-endian hosts only (x86, ARM) */
+    off += bytes;
   }
   cf_status st = cf_write_file_atomic(path, file, total);
   free(file);
@@ -75,92 +87,147 @@ cf_status cf_safetensors_write(const char *path, const cf_st_tensor *t, int n, c
 
 /* ---------- reading ---------- */
 
-typedef struct parser {
-  const char *p, *end;
-  const char *err;
-} parser;
-
-static void ws(parser *ps) { while (ps->p < ps->end && isspace((unsigned char)*ps->p)) ps->p++; }
-static int eat(parser *ps, char c) {
-  ws(ps);
-  if (ps->p < ps->end && *ps->p == c) { ps->p++; return 1; }
-  return 0;
-}
-
-static int parse_string(parser *ps, char *out, size_t cap) {
-  ws(ps);
-  if (ps->p >= ps->end || *ps->p != '"') { ps->err = "expected a string"; return 0; }
-  ps->p++;
-  size_t n = 0;
-  while (ps->p < ps->end && *ps->p != '"') {
-    char c = *ps->p++;
-    if (c == '\\') {
-      if (ps->p >= ps->end) break;
-      c = *ps->p++;
-      if (c == 'n') c = '\n';
-      else if (c == 't') c = '\t';
-      else if (c == 'u') {
-        unsigned v = 0;
-        for (int i = 0; i < 4 && ps->p < ps->end; i++) v = v * 16 + (unsigned)(isdigit((unsigned char)*ps->p) ? *ps->p - '0' : (tolower((unsigned char)*ps->p) - 'a' + 10)), ps->p++;
-        c = v < 0x80 ? (char)v : '?';
-      }
+/* An array of at most cap non-negative integers; 0 with the reason in why. */
+static int read_ints(json_t *a, const char *what, int64_t *out, int cap, int *n, char *why, size_t wn) {
+  size_t i;
+  json_t *v;
+  if (!json_is_array(a)) { snprintf(why, wn, "%s is not an array", what); return 0; }
+  if (json_array_size(a) > (size_t)cap) { snprintf(why, wn, "%s has more than %d entries", what, cap); return 0; }
+  json_array_foreach(a, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+      snprintf(why, wn, "%s holds something other than a non-negative integer", what);
+      return 0;
     }
-    if (n + 1 >= cap) { ps->err = "string too long"; return 0; }
-    out[n++] = c;
+    out[i] = json_integer_value(v);
   }
-  if (ps->p >= ps->end) { ps->err = "unterminated string"; return 0; }
-  ps->p++;
-  out[n] = 0;
+  *n = (int)json_array_size(a);
   return 1;
 }
 
-static int parse_ints(parser *ps, int64_t *out, int cap, int *n) {
-  *n = 0;
-  if (!eat(ps, '[')) { ps->err = "expected '['"; return 0; }
-  if (eat(ps, ']')) return 1;
-  do {
-    ws(ps);
-    /* digits only, and never past the header's end */
-    long long v = 0;
-    const char *start = ps->p;
-    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-      if (v > (LLONG_MAX - 9) / 10) { ps->err = "integer too large"; return 0; }
-      v = v * 10 + (*ps->p++ - '0');
-    }
-    if (ps->p == start) { ps->err = "expected a non-negative integer"; return 0; }
-    if (*n >= cap) { ps->err = "too many dimensions"; return 0; }
-    out[(*n)++] = v;
-  } while (eat(ps, ','));
-  if (!eat(ps, ']')) { ps->err = "expected ']'"; return 0; }
-  return 1;
-}
-
-static int parse_tensor(parser *ps, cf_st_entry *e, size_t data_len, size_t *begin) {
-  char key[64], dtype[16] = "";
+/* One tensor entry: its dtype, shape and [begin, end) in the data section. */
+static int read_tensor(json_t *t, cf_st_entry *e, size_t data_len, size_t *begin, char *why, size_t wn) {
+  const char *key;
+  json_t *v;
   int64_t offs[2];
-  int noffs = -1;
+  int noffs = 0;
   e->ndim = -1;
-  if (!eat(ps, '{')) { ps->err = "expected '{'"; return 0; }
-  do {
-    if (!parse_string(ps, key, sizeof key) || !eat(ps, ':')) { if (!ps->err) ps->err = "expected ':'"; return 0; }
-    if (!strcmp(key, "dtype")) { if (!parse_string(ps, dtype, sizeof dtype)) return 0; }
-    else if (!strcmp(key, "shape")) { if (!parse_ints(ps, e->shape, 4, &e->ndim)) return 0; }
-    else if (!strcmp(key, "data_offsets")) { if (!parse_ints(ps, offs, 2, &noffs)) return 0; }
-    else { ps->err = "unexpected field in a tensor entry"; return 0; }
-  } while (eat(ps, ','));
-  if (!eat(ps, '}')) { ps->err = "expected '}'"; return 0; }
-  if (strcmp(dtype, "F32")) { ps->err = "only F32 tensors are supported"; return 0; }
-  if (e->ndim < 0 || noffs != 2) { ps->err = "tensor entry lacks shape or data_offsets"; return 0; }
+  if (!json_is_object(t)) { snprintf(why, wn, "entry is not an object"); return 0; }
+  json_object_foreach(t, key, v) if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
+    snprintf(why, wn, "unexpected field '%.40s' in a tensor entry", key);
+    return 0;
+  }
+  const char *dtype = json_string_value(json_object_get(t, "dtype"));
+  if (!dtype || strcmp(dtype, "F32")) { snprintf(why, wn, "only F32 tensors are supported"); return 0; }
+  json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
+  if (!shape || !offsets) { snprintf(why, wn, "tensor entry lacks shape or data_offsets"); return 0; }
+  if (!read_ints(shape, "shape", e->shape, 4, &e->ndim, why, wn) ||
+      !read_ints(offsets, "data_offsets", offs, 2, &noffs, why, wn))
+    return 0;
+  if (noffs != 2) { snprintf(why, wn, "data_offsets is not a [begin, end] pair"); return 0; }
   e->numel = 1;
   for (int d = 0; d < e->ndim; d++)
     if (__builtin_mul_overflow(e->numel, (size_t)e->shape[d], &e->numel) || e->numel > SIZE_MAX / 4) {
-      ps->err = "shape too large";
+      snprintf(why, wn, "shape too large");
       return 0;
     }
-  if (offs[1] < offs[0] || (size_t)offs[1] > data_len) { ps->err = "tensor data past the end of the file (truncated?)"; return 0; }
-  if ((size_t)(offs[1] - offs[0]) != 4 * e->numel) { ps->err = "shape does not match data_offsets"; return 0; }
+  if (offs[1] < offs[0]) {
+    snprintf(why, wn, "data_offsets [%lld, %lld] out of order", (long long)offs[0], (long long)offs[1]);
+    return 0;
+  }
+  if ((uint64_t)offs[1] > data_len) { snprintf(why, wn, "tensor data past the end of the file (truncated?)"); return 0; }
+  if ((size_t)(offs[1] - offs[0]) != 4 * e->numel) { snprintf(why, wn, "shape does not match data_offsets"); return 0; }
   *begin = (size_t)offs[0];
   return 1;
+}
+
+/* __metadata__: an object of strings. */
+static int read_meta(json_t *m, cf_st_file *f, char *why, size_t wn) {
+  const char *key;
+  json_t *v;
+  if (!json_is_object(m)) { snprintf(why, wn, "__metadata__ is not an object"); return 0; }
+  f->meta = calloc(json_object_size(m) + 1, sizeof *f->meta);
+  if (!f->meta) { snprintf(why, wn, "out of memory"); return 0; }
+  json_object_foreach(m, key, v) {
+    const char *s = json_string_value(v);
+    if (!s) { snprintf(why, wn, "bad metadata: '%.40s' is not a string", key); return 0; }
+    if (strlen(key) >= sizeof f->meta[0][0] || strlen(s) >= sizeof f->meta[0][1]) {
+      snprintf(why, wn, "bad metadata: '%.40s' is too long", key);
+      return 0;
+    }
+    strcpy(f->meta[f->n_meta][0], key);
+    strcpy(f->meta[f->n_meta][1], s);
+    f->n_meta++;
+  }
+  return 1;
+}
+
+/* Where a tensor's data lie in the data section, to check that the tensors cover it exactly once. */
+typedef struct span {
+  size_t begin, end;
+  const char *name;
+} span;
+
+static int by_begin(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return (x->end > y->end) - (x->end < y->end);
+}
+
+/* Sorted by where they begin, each tensor starts where the previous one ended and the last ends at
+ * the end of the file (the order of the header's keys is free, as in any JSON object). */
+static int check_coverage(span *s, int n, size_t data_len, char *why, size_t wn) {
+  qsort(s, (size_t)n, sizeof *s, by_begin);
+  size_t at = 0;
+  for (int k = 0; k < n; k++) {
+    if (s[k].begin < at) {
+      snprintf(why, wn, "the data of '%.60s' and '%.60s' overlap", s[k - 1].name, s[k].name);
+      return 0;
+    }
+    if (s[k].begin > at) {
+      snprintf(why, wn, "%zu bytes before the data of '%.60s' belong to no tensor", s[k].begin - at, s[k].name);
+      return 0;
+    }
+    at = s[k].end;
+  }
+  if (at != data_len) { snprintf(why, wn, "%zu bytes after the last tensor belong to no tensor", data_len - at); return 0; }
+  return 1;
+}
+
+/* Every key of the header: __metadata__, or a tensor. 0 with the reason in why. */
+static int read_header(json_t *h, cf_st_file *f, const char *data, size_t data_len, char *why, size_t wn) {
+  if (!json_is_object(h)) { snprintf(why, wn, "the header is not a JSON object"); return 0; }
+  size_t n = json_object_size(h);
+  f->entries = calloc(n + 1, sizeof *f->entries);
+  span *s = calloc(n + 1, sizeof *s);
+  int ok = f->entries && s;
+  if (!ok) snprintf(why, wn, "out of memory");
+  const char *key;
+  json_t *v;
+  json_object_foreach(h, key, v) {
+    if (!ok) break;
+    if (!strcmp(key, "__metadata__")) {
+      ok = read_meta(v, f, why, wn);
+      continue;
+    }
+    cf_st_entry *e = &f->entries[f->n];
+    size_t begin;
+    char reason[160];
+    if (strlen(key) >= sizeof e->name) {
+      snprintf(why, wn, "tensor name '%.60s...' is longer than %zu bytes", key, sizeof e->name - 1);
+      ok = 0;
+    } else if (!read_tensor(v, e, data_len, &begin, reason, sizeof reason)) {
+      snprintf(why, wn, "tensor '%.60s': %s", key, reason);
+      ok = 0;
+    } else {
+      strcpy(e->name, key);
+      e->data = (const float *)(const void *)(data + begin);
+      s[f->n] = (span){begin, begin + 4 * e->numel, e->name};
+      f->n++;
+    }
+  }
+  ok = ok && check_coverage(s, f->n, data_len, why, wn);
+  free(s);
+  return ok;
 }
 
 cf_status cf_safetensors_read(const char *path, cf_st_file *f) {
@@ -175,53 +242,16 @@ cf_status cf_safetensors_read(const char *path, cf_st_file *f) {
                  path, (unsigned long long)hlen, f->len);
     goto fail;
   }
-  const char *data = f->buf + 8 + hlen;
-  size_t data_len = f->len - 8 - (size_t)hlen;
-  parser ps = {f->buf + 8, f->buf + 8 + hlen, NULL};
-  int cap = 64;
-  f->entries = malloc((size_t)cap * sizeof *f->entries);
-  if (!f->entries) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
-  size_t total = 0;
-  if (!eat(&ps, '{')) ps.err = "expected '{'";
-  else if (!eat(&ps, '}')) do {
-    char name[160];
-    if (!parse_string(&ps, name, sizeof name) || !eat(&ps, ':')) { if (!ps.err) ps.err = "expected ':'"; break; }
-    if (!strcmp(name, "__metadata__")) {
-      if (!eat(&ps, '{')) { ps.err = "expected '{' after __metadata__"; break; }
-      if (eat(&ps, '}')) continue;
-      do {
-        char (*g)[2][16384] = realloc(f->meta, (size_t)(f->n_meta + 1) * sizeof *f->meta);
-        if (!g) { ps.err = "out of memory"; break; }
-        f->meta = g;
-        if (!parse_string(&ps, f->meta[f->n_meta][0], sizeof f->meta[0][0]) || !eat(&ps, ':') ||
-            !parse_string(&ps, f->meta[f->n_meta][1], sizeof f->meta[0][1])) { if (!ps.err) ps.err = "bad metadata"; break; }
-        f->n_meta++;
-      } while (eat(&ps, ','));
-      if (ps.err) break;
-      if (!eat(&ps, '}')) { ps.err = "expected '}' closing __metadata__"; break; }
-      continue;
-    }
-    if (f->n == cap) {
-      cap *= 2;
-      cf_st_entry *g = realloc(f->entries, (size_t)cap * sizeof *g);
-      if (!g) { ps.err = "out of memory"; break; }
-      f->entries = g;
-    }
-    cf_st_entry *e = &f->entries[f->n];
-    memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%s", name);
-    size_t begin;
-    if (!parse_tensor(&ps, e, data_len, &begin)) break;
-    e->data = (const float *)(const void *)(data + begin);
-    total += 4 * e->numel;
-    f->n++;
-  } while (eat(&ps, ','));
-  if (!ps.err && !eat(&ps, '}')) ps.err = "expected '}' at the end of the header";
-  if (ps.err) {
-    st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: corrupt header: %s (at byte %ld)", path, ps.err, (long)(ps.p - f->buf));
+  json_error_t jerr;
+  json_t *h = json_loadb(f->buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+  if (!h) {
+    st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: corrupt header: %s (at byte %d)", path, jerr.text, 8 + jerr.position);
     goto fail;
   }
-  if (total > data_len) { st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: truncated data", path); goto fail; }
+  char why[256];
+  int ok = read_header(h, f, f->buf + 8 + hlen, f->len - 8 - (size_t)hlen, why, sizeof why);
+  json_decref(h);
+  if (!ok) { st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: corrupt header: %s", path, why); goto fail; }
   return CF_OK;
 fail:
   cf_safetensors_free(f);

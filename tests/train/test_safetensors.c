@@ -11,6 +11,73 @@ static void write_bytes(const char *path, const char *data, size_t n) {
   fclose(f);
 }
 
+/* A safetensors file by hand: the 8-byte length, header as given, then data_len bytes of zeros. */
+static void write_st(const char *path, const char *header, size_t data_len) {
+  size_t hlen = strlen(header);
+  char *buf = calloc(8 + hlen + data_len, 1);
+  for (int i = 0; i < 8; i++) buf[i] = (char)((unsigned long long)hlen >> (8 * i));
+  memcpy(buf + 8, header, hlen);
+  write_bytes(path, buf, 8 + hlen + data_len);
+  free(buf);
+}
+
+/* The file must be refused as a checkpoint error whose message names why. */
+static void refused(const char *path, const char *header, size_t data_len, const char *why, const char *what) {
+  cf_st_file f;
+  write_st(path, header, data_len);
+  cf_status st = cf_safetensors_read(path, &f);
+  TEST_ASSERT(st == CF_ERR_CHECKPOINT && strstr(cf_last_error(), why), "%s: got %s: %s", what, cf_status_str(st),
+              cf_last_error());
+}
+
+/* Headers made by hand: duplicate keys, overlapping, reversed or missing data ranges are refused;
+ * keys in another order than their data are fine (a JSON object has no order). */
+static void check_headers(const char *path) {
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "duplicate", "duplicate tensor");
+  refused(path, "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, "duplicate", "duplicate metadata key");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlap", "overlapping tensors");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8, "out of order", "reversed offsets");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "belong to no tensor",
+          "a hole before the data");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "belong to no tensor",
+          "bytes after the data");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "non-negative", "negative shape");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, "unexpected field",
+          "unknown field");
+  write_st(path, "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+                 "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12);
+  cf_st_file f;
+  cf_status st = cf_safetensors_read(path, &f);
+  TEST_ASSERT(st == CF_OK && f.n == 2, "keys out of data order: %s", cf_last_error());
+  if (st == CF_OK) {
+    const cf_st_entry *a = cf_safetensors_find(&f, "a"), *b = cf_safetensors_find(&f, "b");
+    TEST_ASSERT(a && b && (const char *)(const void *)b->data - (const char *)(const void *)a->data == 8, "offsets");
+    cf_safetensors_free(&f);
+  }
+}
+
+/* The header's bytes: compact JSON, keys in the order written, padded with spaces to 8 bytes. */
+static void check_layout(const char *path) {
+  float x[2] = {1, 2};
+  cf_st_tensor t[] = {{"w", x, 1, {2}}, {"q\"\\\n", x, 2, {1, 1}}};
+  const char *meta[][2] = {{"format", "f"}, {"config", "a: 1\n"}};
+  TEST_OK(cf_safetensors_write(path, t, 2, meta, 2));
+  char buf[512];
+  FILE *fp = fopen(path, "rb");
+  size_t len = fp ? fread(buf, 1, sizeof buf, fp) : 0;
+  if (fp) fclose(fp);
+  const char *want = "{\"__metadata__\":{\"format\":\"f\",\"config\":\"a: 1\\n\"},"
+                     "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"q\\\"\\\\\\n\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[8,12]}}";
+  size_t wl = strlen(want), hl = (wl + 8 + 7) / 8 * 8 - 8;
+  TEST_ASSERT(len == 8 + hl + 12 && (unsigned char)buf[0] == hl && !memcmp(buf + 8, want, wl), "header bytes: %.*s",
+              (int)(len > 8 ? len - 8 : 0), buf + 8);
+  for (size_t i = wl; i < hl && i + 8 < len; i++) TEST_ASSERT(buf[8 + i] == ' ', "padding at %zu", i);
+}
+
 int main(void) {
   char path[] = "/tmp/clformer-st-XXXXXX";
   int fd = mkstemp(path);
@@ -79,6 +146,10 @@ int main(void) {
   TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "bad JSON");
   write_bytes(path, "", 0);
   TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "empty file");
+  check_headers(path);
+  cf_set_verbosity(1);
+  check_layout(path);
+  cf_set_verbosity(-1);
   unlink(path);
   TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_IO, "missing file");
   cf_set_verbosity(1);
