@@ -38,13 +38,7 @@
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
 
-/* from dropout.c: out = in * mask * scale */
-#include "ops/dropout_internal.h"
-/* from attention.c: the softmax launches */
-cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
-                                              int NH, int T, float scale, cf_dropout drop);
-cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
-                                               float scale, cf_dropout drop);
+#include "ops/ops_internal.h"  /* the dropout and softmax launches, timed on their own */
 
 enum { BENCH_N = 4096, BENCH_T = 128, BENCH_NH = 8, BENCH_MAXC = 1024, BENCH_COPY_FLOATS = 16 << 20 };
 

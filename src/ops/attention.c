@@ -15,7 +15,7 @@
 #include "runtime/runtime.h"
 
 /* from dropout.c: the grid of the flat dropout kernels */
-#include "ops/dropout_internal.h"
+#include "ops/ops_internal.h"
 
 size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout) {
   (void)dropout;
@@ -68,13 +68,7 @@ static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_
   *global = (size_t)rows * l;
 }
 
-static void arg_dropout(cf_launch *L, cf_dropout drop) {
-  cf_dropout d = {drop.p, drop.seed, drop.step, drop.tensor_id};
-  cf_arg_dropout(L, d);  /* scale 1/(1-p), which is 1 at p = 0 */
-}
-
-/* The two softmax launches, also used by `bench kernels` (src/bench.c). att (B, NH, T, T) in
- * place; pdrop (B, NH, T, T) written when drop.p > 0; key_mask int (B, T) or buf NULL. */
+/* The two softmax launches (ops_internal.h), also timed by `bench kernels`. */
 cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
                                               int NH, int T, float scale, cf_dropout drop) {
   cf_launch L;
@@ -84,13 +78,12 @@ cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_me
               key_mask.buf ? key_mask : att);  /* any valid buffer when there is no mask */
   CF_ARG_INTS(&L, key_mask.buf != NULL, B, NH, T);
   cf_arg_float(&L, scale);
-  arg_dropout(&L, drop);
+  cf_arg_dropout(&L, drop);
   size_t global, local;
   softmax_grid(ctx, B * NH * T, T, &global, &local);
   return cf_launch_run(&L, 1, &global, &local);
 }
 
-/* datt (B, NH, T, T): dL/dP_drop in, dL/d(q.k^T) out; att (B, NH, T, T) the saved P. */
 cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
                                                float scale, cf_dropout drop) {
   cf_launch L;
@@ -99,7 +92,7 @@ cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_
   cf_arg_mem(&L, att);
   CF_ARG_INTS(&L, B, NH, T);
   cf_arg_float(&L, scale);
-  arg_dropout(&L, drop);
+  cf_arg_dropout(&L, drop);
   size_t global, local;
   softmax_grid(ctx, B * NH * T, T, &global, &local);
   return cf_launch_run(&L, 1, &global, &local);
@@ -144,7 +137,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     cf_arg_mem(&L, datt);
     cf_arg_mem(&L, att);
     cf_arg_int(&L, n);
-    arg_dropout(&L, drop);
+    cf_arg_dropout(&L, drop);
     size_t global, local;
     cf_dropout_grid(ctx, (size_t)n, &global, &local);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));

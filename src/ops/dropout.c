@@ -3,7 +3,7 @@
 #include <limits.h>
 #include "clformer/ops.h"
 #include "clformer/base.h"
-#include "ops/dropout_internal.h"
+#include "ops/ops_internal.h"
 #include "runtime/runtime.h"
 
 int cf_dropout_keep(cf_dropout d, uint32_t i) { return cf_random_uniform(d.seed, d.step, d.tensor_id, i) >= d.p; }

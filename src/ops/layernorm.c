@@ -3,7 +3,7 @@
  * of LN_CPU_ROWS; the column reduction one item per 64 columns). Backward: the column reduction
  * for dweight/dbias runs first, then the row kernel, so that dinp may overwrite dout. */
 #include "clformer/ops.h"
-#include "ops/dropout_internal.h"
+#include "ops/ops_internal.h"
 #include "runtime/runtime.h"
 
 #define LN_CPU_ROWS 4

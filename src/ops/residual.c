@@ -5,7 +5,7 @@
 #include "runtime/runtime.h"
 
 /* from dropout.c */
-#include "ops/dropout_internal.h"
+#include "ops/ops_internal.h"
 
 static cf_status check_n(size_t n) {
   if (n > INT_MAX) return CF_FAIL(CF_ERR_INVALID_ARG, "%zu elements: more than the kernels index (2^31 - 1)", n);

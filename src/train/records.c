@@ -117,17 +117,18 @@ cf_status cf_metrics_read(const char *dir, cf_metrics_row **rows, int *n) {
 cf_status cf_run_record_write(const char *dir, const cf_run_record *r) {
   char path[2100];
   snprintf(path, sizeof path, "%s/run.json", dir);
-  json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:f, s:i, s:f, s:f}", "status", r->status, "steps_done", r->steps_done,
-                        "steps", r->steps, "diverged_step", r->diverged_step, "best_valid",
-                        isfinite(r->best_valid) ? r->best_valid : -1.0, "best_step", r->best_step, "wall_s",
-                        round(r->wall_s * 1e3) / 1e3, "tokens_per_s", round(r->tokens_per_s * 10) / 10);
-  char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) : NULL;
+  json_t *o = json_object();
+  cf_status st = o ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (st == CF_OK) st = cf_json_set(o, "status", json_string(r->status));
+  if (st == CF_OK) st = cf_json_set(o, "steps_done", json_integer(r->steps_done));
+  if (st == CF_OK) st = cf_json_set(o, "steps", json_integer(r->steps));
+  if (st == CF_OK) st = cf_json_set(o, "diverged_step", json_integer(r->diverged_step));
+  if (st == CF_OK) st = cf_json_set(o, "best_valid", cf_json_num(isfinite(r->best_valid) ? r->best_valid : -1, "%.6g"));
+  if (st == CF_OK) st = cf_json_set(o, "best_step", json_integer(r->best_step));
+  if (st == CF_OK) st = cf_json_set(o, "wall_s", cf_json_num(r->wall_s, "%.3f"));
+  if (st == CF_OK) st = cf_json_set(o, "tokens_per_s", cf_json_num(r->tokens_per_s, "%.1f"));
+  if (st == CF_OK) st = cf_json_write_file(o, path);
   json_decref(o);
-  if (!text) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  size_t len = strlen(text);
-  text[len] = '\n';  /* json_dumps' NUL becomes the file's last newline */
-  cf_status st = cf_write_file_atomic(path, text, len + 1);
-  free(text);
   return st;
 }
 

@@ -1,0 +1,24 @@
+/* Inside the ops layer (and for `bench kernels`, which times single kernels): the dropout helpers
+ * shared by the kernels that apply a Philox mask (dropout, residual+dropout, attention), and the
+ * attention's two softmax launches. */
+#ifndef CLFORMER_OPS_INTERNAL_H
+#define CLFORMER_OPS_INTERNAL_H
+
+#include "clformer/ops.h"
+
+cf_status cf_dropout_check(cf_dropout d, size_t n);
+void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
+/* out = in * mask * scale (out may be in). */
+cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
+/* p, scale, seed, step, tensor_id, in that order. */
+void cf_arg_dropout(cf_launch *L, cf_dropout d);
+
+/* The attention's softmax launches. att (B, NH, T, T) in place; pdrop (B, NH, T, T) written when
+ * drop.p > 0; key_mask int (B, T) or buf NULL. The backward: datt (B, NH, T, T) dL/dP_drop in,
+ * dL/d(q.k^T) out; att the saved P. */
+cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_mem pdrop, cf_mem key_mask, int B,
+                                              int NH, int T, float scale, cf_dropout drop);
+cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
+                                               float scale, cf_dropout drop);
+
+#endif
