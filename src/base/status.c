@@ -1,6 +1,7 @@
-/* Status names, error reporting and logging. Errors are kept per thread for
+/* Status names, error reporting and logging. Errors (and the verbosity) are kept per thread for
  * cf_last_error() and echoed to stderr; the library never exits. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,16 +59,27 @@ const char *cf_status_str(cf_status s) {
 
 static _Thread_local char last_error[65536];
 static _Thread_local char detail[65536];
-static int verbosity = -100; /* -100: not yet read from CLFORMER_VERBOSE */
+
+/* Verbosity is per thread: the library quiets an expected failure with "save, set -1, restore"
+ * (a missing cache entry, an unwritable cache directory), and with one shared level two threads
+ * doing so at once would silence each other's real errors, or leave the process silent for good
+ * (A saves 1, B saves A's -1, A restores 1, B restores -1). A thread that never set a level takes
+ * CLFORMER_VERBOSE's (default 1), read once for the process. */
+#define VERBOSITY_UNSET (-100)
+static _Thread_local int thread_verbosity = VERBOSITY_UNSET;
+static atomic_int env_verbosity = VERBOSITY_UNSET;
 
 int cf_verbosity(void) {
-  if (verbosity == -100) {
-    const char *v = getenv("CLFORMER_VERBOSE");
-    verbosity = v && *v ? atoi(v) : 1;
+  if (thread_verbosity != VERBOSITY_UNSET) return thread_verbosity;
+  int v = atomic_load_explicit(&env_verbosity, memory_order_relaxed);
+  if (v == VERBOSITY_UNSET) {  /* two first readers at once read the same variable: either store wins */
+    const char *e = getenv("CLFORMER_VERBOSE");
+    v = e && *e ? atoi(e) : 1;
+    atomic_store_explicit(&env_verbosity, v, memory_order_relaxed);
   }
-  return verbosity;
+  return v;
 }
-void cf_set_verbosity(int level) { verbosity = level; }
+void cf_set_verbosity(int level) { thread_verbosity = level; }
 
 const char *cf_last_error(void) { return last_error; }
 void cf_clear_error(void) { last_error[0] = 0; }

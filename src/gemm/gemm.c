@@ -48,27 +48,61 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
  *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
  *                                        IMPL own|clblast, the measured GFLOP/s of both)
  * The file is read on a context's first GEMM (unless cf_gemm_tune_hold defers it); CLFORMER_TUNE=off
- * ignores it. A shape without a choice keeps the default of cf_gemm_resolve. */
-#define TUNE_SLOTS 4
+ * ignores it. A shape without a choice keeps the default of cf_gemm_resolve.
+ *
+ * What a context read lives in the context (its extension slot, like the scratch below): a context
+ * is used from one thread at a time, so it needs no lock, and two contexts never share a table. */
 #define TUNE_MAX_CHOICES 64
 typedef struct tune_choice {
   int ta, tb;
   size_t M, N, K, batch;
   cf_gemm_impl impl;
 } tune_choice;
-static struct tune_slot {
-  cl_device_id device;
-  char driver[256];
-  int loaded;            /* a tuning file was read */
+typedef struct tune_state {
+  int loaded;            /* a tuning file was read (0 also while held back by cf_gemm_tune_hold) */
   char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
   int nchoices;
   tune_choice choices[TUNE_MAX_CHOICES];
-} tune_slots[TUNE_SLOTS];
-static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Devices CLBlast took tuned parameters for in this process: they outlive a slot's eviction, and
- * such a device cannot be held back to CLBlast's defaults again (cf_gemm_tune_hold). */
-#define TUNED_DEVICES 16
-static cl_device_id tuned_devices[TUNED_DEVICES];
+} tune_state;
+static const char tune_key;  /* its address names the slot */
+
+static void tune_free(cf_context *ctx, void *state) {
+  (void)ctx;
+  free(state);
+}
+
+/* The one process-wide fact: CLBlast took tuned parameters for this cl_device_id. It mirrors state
+ * CLBlast itself keeps per process (CLBlastOverrideParameters stores into its global database cache
+ * keyed by the cl_device_id, for every context and thread, and there is no call that reads it back
+ * or puts the defaults back), so it cannot live in a context: a second context on a device CLBlast
+ * already tuned must not claim to hold the tuning back (cf_gemm_tune_hold). A short list under a
+ * mutex: it is touched only when a context reads its file or asks to hold, never per GEMM. When the
+ * list is full, every device counts as tuned: holding back is then refused, never wrongly granted. */
+#define TUNED_DEVICES 64
+static struct {
+  pthread_mutex_t lock;
+  int n, overflow;
+  cl_device_id device[TUNED_DEVICES];
+} clblast_tuned = {PTHREAD_MUTEX_INITIALIZER, 0, 0, {0}};
+
+static void clblast_tuned_mark(cl_device_id dev) {
+  pthread_mutex_lock(&clblast_tuned.lock);
+  int i = 0;
+  while (i < clblast_tuned.n && clblast_tuned.device[i] != dev) i++;
+  if (i == clblast_tuned.n) {
+    if (i < TUNED_DEVICES) clblast_tuned.device[clblast_tuned.n++] = dev;
+    else clblast_tuned.overflow = 1;
+  }
+  pthread_mutex_unlock(&clblast_tuned.lock);
+}
+
+static int clblast_tuned_has(cl_device_id dev) {
+  pthread_mutex_lock(&clblast_tuned.lock);
+  int found = clblast_tuned.overflow;
+  for (int i = 0; i < clblast_tuned.n && !found; i++) found = clblast_tuned.device[i] == dev;
+  pthread_mutex_unlock(&clblast_tuned.lock);
+  return found;
+}
 
 int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
   const char *dir = cf_cache_dir();
@@ -81,7 +115,7 @@ int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
   return 1;
 }
 
-static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *line) {
+static void apply_clblast_line(tune_state *s, cl_device_id dev, char *line) {
   char *save = NULL, *kernel = strtok_r(line, " \t\n", &save);
   const char *names[32];
   size_t values[32], k = 0;
@@ -99,15 +133,11 @@ static void apply_clblast_line(struct tune_slot *slot, cl_device_id dev, char *l
     return;
   }
   cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
-  for (int i = 0; i < TUNED_DEVICES; i++)
-    if (tuned_devices[i] == dev || !tuned_devices[i]) {
-      tuned_devices[i] = dev;
-      break;
-    }
-  size_t len = strlen(slot->applied);
+  clblast_tuned_mark(dev);
+  size_t len = strlen(s->applied);
   if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
-    snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
-  else snprintf(slot->applied + len, sizeof slot->applied - len, "%s%s", len ? ", " : "", kernel);
+    snprintf(s->applied + len, sizeof s->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
+  else snprintf(s->applied + len, sizeof s->applied - len, "%s%s", len ? ", " : "", kernel);
 }
 
 /* The tuning file of this context's device when it should be read (CLFORMER_TUNE not off) and exists. */
@@ -119,25 +149,28 @@ static int tune_file(const cf_context *ctx, char *path, size_t n) {
   return f != NULL;
 }
 
-/* The slot for this context's device, loading its file on first use (tune_lock held). */
-static struct tune_slot *tune_get(cf_context *ctx, int reload) {
-  struct tune_slot *s = NULL;
-  for (int i = 0; i < TUNE_SLOTS && !s; i++)
-    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version))
-      s = &tune_slots[i];
-  if (s && !reload) return s;
-  if (!s) {
-    for (int i = 0; i < TUNE_SLOTS && !s; i++)
-      if (!tune_slots[i].device) s = &tune_slots[i];
-    if (!s) s = &tune_slots[0];
+/* This context's tuning state, created empty (unread) when it has none; NULL when out of memory or
+ * extension slots. */
+static tune_state *tune_state_of(cf_context *ctx, int *created) {
+  tune_state *s = cf_context_ext(ctx, &tune_key);
+  *created = 0;
+  if (s) return s;
+  if (!(s = calloc(1, sizeof *s))) return NULL;
+  if (cf_context_ext_set(ctx, &tune_key, s, tune_free) != CF_OK) {
+    free(s);
+    return NULL;
   }
+  *created = 1;
+  return s;
+}
+
+/* Read this context's file into s (cleared first), handing its `clblast` lines to CLBlast. */
+static void tune_read(cf_context *ctx, tune_state *s) {
   memset(s, 0, sizeof *s);
-  s->device = ctx->info.device;
-  snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
   char path[4200];
-  if (!tune_file(ctx, path, sizeof path)) return s;
+  if (!tune_file(ctx, path, sizeof path)) return;
   FILE *f = fopen(path, "r");
-  if (!f) return s;
+  if (!f) return;
   s->loaded = 1;
   char line[2048];
   while (fgets(line, sizeof line, f)) {
@@ -154,6 +187,14 @@ static struct tune_slot *tune_get(cf_context *ctx, int reload) {
   }
   fclose(f);
   cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->nchoices);
+}
+
+/* This context's state, reading its file on first use (or again with reload). NULL only when the
+ * state cannot be stored: GEMMs then run untuned, as with no file. */
+static tune_state *tune_get(cf_context *ctx, int reload) {
+  int created;
+  tune_state *s = tune_state_of(ctx, &created);
+  if (s && (created || reload)) tune_read(ctx, s);
   return s;
 }
 
@@ -168,33 +209,18 @@ static int has_clblast_lines(const char *path) {
 }
 
 int cf_gemm_tune_hold(cf_context *ctx) {
-  int held = 0;
   char path[4200];
-  pthread_mutex_lock(&tune_lock);
-  int seen = 0;  /* read (or held) already, or CLBlast tuned for it before */
-  for (int i = 0; i < TUNE_SLOTS; i++)
-    if (tune_slots[i].device == ctx->info.device && !strcmp(tune_slots[i].driver, ctx->info.driver_version)) seen = 1;
-  for (int i = 0; i < TUNED_DEVICES; i++)
-    if (tuned_devices[i] == ctx->info.device) seen = 1;
-  if (!seen && tune_file(ctx, path, sizeof path) && has_clblast_lines(path)) {
-    struct tune_slot *s = NULL;  /* an empty slot for the device: tune_get returns it unread */
-    for (int i = 0; i < TUNE_SLOTS && !s; i++)
-      if (!tune_slots[i].device) s = &tune_slots[i];
-    if (s) {
-      memset(s, 0, sizeof *s);
-      s->device = ctx->info.device;
-      snprintf(s->driver, sizeof s->driver, "%s", ctx->info.driver_version);
-      held = 1;
-    }
-  }
-  pthread_mutex_unlock(&tune_lock);
-  return held;
+  /* not when this context read (or held) its file already, nor when CLBlast was tuned for the
+   * device before, by this context or another (another context on the device that reads the file
+   * later tunes CLBlast for this one too: CLBlast's parameters are per device, not per context) */
+  if (cf_context_ext(ctx, &tune_key) || clblast_tuned_has(ctx->info.device)) return 0;
+  if (!tune_file(ctx, path, sizeof path) || !has_clblast_lines(path)) return 0;
+  int created;
+  return tune_state_of(ctx, &created) != NULL;  /* created unread: tune_get leaves it so until reload */
 }
 
 void cf_gemm_tune_reload(cf_context *ctx) {
-  pthread_mutex_lock(&tune_lock);
   tune_get(ctx, 1);
-  pthread_mutex_unlock(&tune_lock);
   /* CLBlast keys its compiled programs by their parameters, but drop the ones built before the
    * new parameters anyway: a program it kept would run untuned without a word */
   CLBlastStatusCode st = CLBlastClearCache();
@@ -202,35 +228,23 @@ void cf_gemm_tune_reload(cf_context *ctx) {
 }
 
 int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n) {
-  pthread_mutex_lock(&tune_lock);
-  struct tune_slot *s = tune_get(ctx, 0);
-  int r = s->loaded && s->applied[0];
+  tune_state *s = tune_get(ctx, 0);
+  int r = s && s->loaded && s->applied[0];
   snprintf(buf, n, "%s", r ? s->applied : "");
-  pthread_mutex_unlock(&tune_lock);
   return r;
 }
 
 /* The measured choice for this shape, or CF_GEMM_AUTO when there is none. */
 static cf_gemm_impl tune_choose(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t batch) {
-  cf_gemm_impl r = CF_GEMM_AUTO;
-  pthread_mutex_lock(&tune_lock);
-  struct tune_slot *s = tune_get(ctx, 0);
-  for (int i = 0; i < s->nchoices; i++) {
+  tune_state *s = tune_get(ctx, 0);
+  for (int i = 0; s && i < s->nchoices; i++) {
     const tune_choice *c = &s->choices[i];
-    if (c->ta == ta && c->tb == tb && c->M == M && c->N == N && c->K == K && c->batch == batch) {
-      r = c->impl;
-      break;
-    }
+    if (c->ta == ta && c->tb == tb && c->M == M && c->N == N && c->K == K && c->batch == batch) return c->impl;
   }
-  pthread_mutex_unlock(&tune_lock);
-  return r;
+  return CF_GEMM_AUTO;
 }
 
-static void tune_ensure(cf_context *ctx) {
-  pthread_mutex_lock(&tune_lock);
-  tune_get(ctx, 0);
-  pthread_mutex_unlock(&tune_lock);
-}
+static void tune_ensure(cf_context *ctx) { tune_get(ctx, 0); }
 
 /* ---------- CLBlast ---------- */
 

@@ -341,7 +341,8 @@ static cf_status write_results(cf_context *ctx, const char *path, const char *cl
   if (!text) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   time_t now = time(NULL);
   char when[64];
-  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&now));
+  struct tm tm;
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));  /* localtime shares one buffer */
   int len = snprintf(text, n,
                      "# clformer %s tune, %s\n# device: %s | %s | %s | driver %s\n"
                      "# clblast KERNEL NAME=VALUE...: CLBlastOverrideParameters\n"

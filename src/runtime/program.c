@@ -1,5 +1,6 @@
 /* Program loading: source lookup (embedded or $CLFORMER_KERNEL_DIR), the prepended #define
  * block, the on-disk binary cache, kernel lookup by name, and the launch helper. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,15 +9,20 @@
 
 /* ---------- sources ---------- */
 
+/* Filled once for the process (pthread_once: a second thread must not see a half-filled list). */
+static const char *program_names[256];
+static pthread_once_t program_names_once = PTHREAD_ONCE_INIT;
+
+static void program_names_fill(void) {
+  int n = 0;
+  for (const cf_embedded_source *s = cf_embedded_sources; s->name && n < 255; s++)
+    if (!strchr(s->name, '.')) program_names[n++] = s->name;  /* headers keep their .clh */
+  program_names[n] = NULL;
+}
+
 const char *const *cf_program_names(void) {
-  static const char *names[256];
-  if (!names[0]) {
-    int n = 0;
-    for (const cf_embedded_source *s = cf_embedded_sources; s->name && n < 255; s++)
-      if (!strchr(s->name, '.')) names[n++] = s->name;  /* headers keep their .clh */
-    names[n] = NULL;
-  }
-  return names;
+  pthread_once(&program_names_once, program_names_fill);
+  return program_names;
 }
 
 /* The text of cl/<file>: from $CLFORMER_KERNEL_DIR when set, else the embedded copy. */
@@ -85,7 +91,8 @@ cf_status cf_program_source(const char *name, char **text) {
 /* ---------- binary cache ---------- */
 
 const char *cf_cache_dir(void) {
-  static char dir[4096];
+  /* per thread: each call rewrites it, and another thread's call must not change it under a caller */
+  static _Thread_local char dir[4096];
   const char *off = getenv("CLFORMER_CACHE");
   if (off && (!strcmp(off, "off") || !strcmp(off, "0"))) return NULL;
   const char *d = getenv("CLFORMER_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
