@@ -16,6 +16,22 @@ typedef enum cf_positions { CF_POS_SINUSOIDAL, CF_POS_LEARNED } cf_positions;
 typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON } cf_final_norm;
 typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
 
+/* The model's shape and regularisation: all cf_model_create needs besides the optimizer's. */
+typedef struct cf_model_config {
+  cf_norm_placement norm;
+  int layers, d_model, heads, d_ff;
+  cf_activation activation;
+  double dropout, attn_dropout, ln_eps, label_smoothing;
+  cf_final_norm final_norm;   /* validation resolves AUTO (on for pre, off for post) */
+  cf_positions positions;
+  int tie_embeddings, scale_embeddings;
+} cf_model_config;
+
+typedef struct cf_optim_config {
+  cf_optimizer name;
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip_norm;
+} cf_optim_config;
+
 typedef struct cf_config {
   char device[128];
   unsigned long long seed;
@@ -25,19 +41,8 @@ typedef struct cf_config {
     cf_tokenizer tokenizer;     /* the byte tokenizer (the only one so far) */
     int seq_len, batch_size;
   } data;
-  struct {
-    cf_norm_placement norm;
-    int layers, d_model, heads, d_ff;
-    cf_activation activation;
-    double dropout, attn_dropout, ln_eps, label_smoothing;
-    cf_final_norm final_norm;   /* validation resolves AUTO (on for pre, off for post) */
-    cf_positions positions;
-    int tie_embeddings, scale_embeddings;
-  } model;
-  struct {
-    cf_optimizer name;
-    double lr, beta1, beta2, eps, weight_decay, momentum, clip_norm;
-  } optim;
+  cf_model_config model;
+  cf_optim_config optim;
   struct {
     int warmup, total_steps;
     cf_decay decay;

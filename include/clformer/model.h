@@ -21,9 +21,11 @@ enum { CF_INIT_XAVIER, CF_INIT_ZERO, CF_INIT_ONE };
 
 typedef struct cf_model cf_model;
 
-/* Lay out and allocate everything for batches of B sequences of T tokens. cfg must be validated.
+/* Lay out and allocate everything for batches of B sequences of T tokens: the model mc describes
+ * (validated: final_norm resolved) with the state optimizer oc needs; seed keys the dropout masks.
  * The weights are uninitialised until cf_model_init or cf_model_set_params. */
-cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, cf_model **out);
+cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_optim_config *oc,
+                          unsigned long long seed, int B, int T, cf_model **out);
 void cf_model_free(cf_model *m);  /* NULL is a no-op */
 
 /* Xavier-uniform matrices (each attention projection as its own C x C matrix), zero biases, unit LN

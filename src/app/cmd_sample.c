@@ -88,7 +88,7 @@ int cmd_sample(int argc, char **argv) {
   if (st != CF_OK) return cf_exit_code(st);
   cf_model *m = NULL;
   cf_train_state ts;
-  st = cf_model_create(ctx, &cfg, 1, cfg.data.seq_len, &m);
+  st = cf_model_create(ctx, &cfg.model, &cfg.optim, cfg.seed, 1, cfg.data.seq_len, &m);
   if (st == CF_OK) st = cf_checkpoint_load(m, ckpt, &ts, NULL);
   if (st == CF_OK) st = generate(m, prompt, tokens, &so);
   cf_model_free(m);

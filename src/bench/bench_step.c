@@ -305,7 +305,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
     s.tg[i] = (int)((x >> 8) & 255);
   }
   double t_model0 = cf_now();
-  if ((st = cf_model_create(ctx, cfg, B, T, &s.m)) != CF_OK) goto done;
+  if ((st = cf_model_create(ctx, &cfg->model, &cfg->optim, cfg->seed, B, T, &s.m)) != CF_OK) goto done;
   if ((st = cf_model_init(s.m, cfg->seed)) != CF_OK) goto done;
   if ((st = cf_buffer_create(ctx, 4, &s.acc)) != CF_OK) goto done;
   float zero = 0;

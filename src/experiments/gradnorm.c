@@ -197,7 +197,7 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
         c.model.dropout = c.model.attn_dropout = 0;
         if ((st = cf_config_validate(&c)) != CF_OK) break;
         cf_model *m;
-        if ((st = cf_model_create(ctx, &c, B, T, &m)) != CF_OK) break;
+        if ((st = cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m)) != CF_OK) break;
         float *g = malloc((size_t)cf_model_num_views(m) * sizeof *g);
         st = g ? cf_model_init(m, s.base.seed + (unsigned long long)k) : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
         if (st == CF_OK) st = cf_model_forward(m, in, tg, 0, 0);

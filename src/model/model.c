@@ -29,7 +29,9 @@ enum { DROP_EMB = 0, DROP_ATT_PROBS, DROP_ATT_OUT, DROP_FFN_ACT, DROP_FFN_OUT };
 
 struct cf_model {
   cf_context *ctx;
-  cf_config cfg;
+  cf_model_config mc;
+  cf_optim_config oc;
+  unsigned long long seed;       /* the dropout masks' Philox key */
   int B, T, C, NH, F, L, V;
   cf_activation act;
   cf_tensor_view *views;
@@ -79,7 +81,7 @@ static void layout_params(cf_model *m) {
   char n[64];
   int C = m->C, F = m->F, V = m->V;
   m->wte = add_view(m, "wte", V, C, CF_INIT_XAVIER);
-  m->wpe = m->cfg.model.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_XAVIER) : SIZE_MAX;
+  m->wpe = m->mc.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_XAVIER) : SIZE_MAX;
   for (int l = 0; l < m->L; l++) {
     layer_params *p = &m->lp[l];
 #define V2(field, suffix, r, c, kind) (snprintf(n, sizeof n, "layers.%d.%s", l, suffix), p->field = add_view(m, n, r, c, kind))
@@ -97,11 +99,11 @@ static void layout_params(cf_model *m) {
     V2(fc2_b, "ffn.fc2.bias", C, 0, CF_INIT_ZERO);
 #undef V2
   }
-  if (m->cfg.model.final_norm == CF_FINAL_NORM_ON) {
+  if (m->mc.final_norm == CF_FINAL_NORM_ON) {
     m->lnf_w = add_view(m, "lnf.weight", C, 0, CF_INIT_ONE);
     m->lnf_b = add_view(m, "lnf.bias", C, 0, CF_INIT_ZERO);
   } else m->lnf_w = m->lnf_b = SIZE_MAX;
-  m->out_w = m->cfg.model.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_XAVIER);
+  m->out_w = m->mc.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_XAVIER);
 }
 
 static size_t take(size_t *total, size_t n) {
@@ -141,7 +143,7 @@ static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
   m->loss = take(acts, 1);
   m->grad_norm = take(acts, 1);
   *scratch = 0;
-  m->s_attn = take(scratch, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->cfg.model.attn_dropout > 0));
+  m->s_attn = take(scratch, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->mc.attn_dropout > 0));
   m->s_branch = take(scratch, N * C);
   m->s_stream = take(scratch, N * C);
   m->s_res = take(scratch, N * C);
@@ -150,22 +152,25 @@ static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
   m->s_norm = take(scratch, cf_norm_scratch_floats(m->nparams));
 }
 
-cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, cf_model **out) {
+cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_optim_config *oc,
+                          unsigned long long seed, int B, int T, cf_model **out) {
   *out = NULL;
   if (B < 1 || T < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "batch %d x %d tokens: both must be positive", B, T);
-  if (cfg->model.final_norm == CF_FINAL_NORM_AUTO) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
+  if (mc->final_norm == CF_FINAL_NORM_AUTO) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
   cf_model *m = calloc(1, sizeof *m);
   if (!m) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   m->ctx = ctx;
-  m->cfg = *cfg;
+  m->mc = *mc;
+  m->oc = *oc;
+  m->seed = seed;
   m->B = B;
   m->T = T;
-  m->C = cfg->model.d_model;
-  m->NH = cfg->model.heads;
-  m->F = cfg->model.d_ff;
-  m->L = cfg->model.layers;
+  m->C = mc->d_model;
+  m->NH = mc->heads;
+  m->F = mc->d_ff;
+  m->L = mc->layers;
   m->V = CF_MODEL_VOCAB;
-  m->act = cfg->model.activation;
+  m->act = mc->activation;
   m->lp = calloc((size_t)m->L, sizeof *m->lp);
   m->la = calloc((size_t)m->L, sizeof *m->la);
   cf_status st = CF_OK;
@@ -175,8 +180,8 @@ cf_status cf_model_create(cf_context *ctx, const cf_config *cfg, int B, int T, c
   size_t acts, scratch;
   layout_acts(m, &acts, &scratch);
   size_t P = m->nparams, N = (size_t)B * T;
-  int sgd_plain = cfg->optim.name == CF_OPTIM_SGD && cfg->optim.momentum == 0;
-  int adam = cfg->optim.name != CF_OPTIM_SGD;
+  int sgd_plain = oc->name == CF_OPTIM_SGD && oc->momentum == 0;
+  int adam = oc->name != CF_OPTIM_SGD;
   if ((st = cf_buffer_create(ctx, P * 4, &m->params)) != CF_OK) goto fail;
   if ((st = cf_buffer_create(ctx, P * 4, &m->grads)) != CF_OK) goto fail;
   if ((st = cf_buffer_create(ctx, (sgd_plain ? 1 : P) * 4, &m->m1)) != CF_OK) goto fail;
@@ -259,9 +264,9 @@ cf_status cf_model_init(cf_model *m, uint64_t seed) {
   cf_status st = cf_write(m->ctx, cf_at(m->params, 0), host, m->nparams);
   free(host);
   CF_TRY(st);
-  size_t n1 = m->cfg.optim.name == CF_OPTIM_SGD && m->cfg.optim.momentum == 0 ? 1 : m->nparams;
+  size_t n1 = m->oc.name == CF_OPTIM_SGD && m->oc.momentum == 0 ? 1 : m->nparams;
   CF_TRY(cf_fill(m->ctx, cf_at(m->m1, 0), 0.0f, n1));
-  if (m->cfg.optim.name != CF_OPTIM_SGD) CF_TRY(cf_fill(m->ctx, cf_at(m->m2, 0), 0.0f, m->nparams));
+  if (m->oc.name != CF_OPTIM_SGD) CF_TRY(cf_fill(m->ctx, cf_at(m->m2, 0), 0.0f, m->nparams));
   return CF_OK;
 }
 
@@ -291,12 +296,12 @@ static cf_status linear_backward(cf_model *m, cf_mem dx, size_t w, size_t b, cf_
 }
 
 static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p) {
-  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->cfg.seed, m->step, (uint32_t)(layer + 1) * 8u + (uint32_t)which};
+  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, (uint32_t)(layer + 1) * 8u + (uint32_t)which};
   return d;
 }
 
 static cf_dropout attn_key(const cf_model *m, int layer) {
-  cf_dropout d = dropout_key(m, layer, DROP_ATT_PROBS, m->cfg.model.attn_dropout);
+  cf_dropout d = dropout_key(m, layer, DROP_ATT_PROBS, m->mc.attn_dropout);
   cf_dropout a = {d.p, d.seed, d.step, d.tensor_id};
   return a;
 }
@@ -307,7 +312,7 @@ static cf_mem absent(void) { return cf_at(NULL, 0); }
 /* The block input of layer l: the embedding for layer 0, else the previous block's output. */
 static cf_mem block_input(const cf_model *m, int l) {
   if (l == 0) return A(m->emb);
-  return A(m->cfg.model.norm == CF_NORM_PRE ? m->la[l - 1].res2 : m->la[l - 1].norm2);
+  return A(m->mc.norm == CF_NORM_PRE ? m->la[l - 1].res2 : m->la[l - 1].norm2);
 }
 static cf_mem model_output(const cf_model *m) { return block_input(m, m->L); }
 
@@ -336,7 +341,7 @@ static int next_norm(const cf_model *m, int l, norm_at *n) {
 }
 
 /* Whether the last block computes the final LayerNorm (Pre-LN: see next_norm). */
-static int final_norm_in_block(const cf_model *m) { return m->cfg.model.norm == CF_NORM_PRE && m->L > 0; }
+static int final_norm_in_block(const cf_model *m) { return m->mc.norm == CF_NORM_PRE && m->L > 0; }
 
 /* ---------- the block: Pre-LN and Post-LN ---------- */
 
@@ -356,28 +361,28 @@ static cf_status ffn_forward(cf_model *m, int l, cf_mem inp) {
   int N = m->B * m->T, C = m->C, F = m->F;
   CF_TRY(linear_forward(m, A(a->h), inp, p->fc1_w, SIZE_MAX, C, F));
   CF_TRY(cf_bias_act_forward(m->ctx, A(a->a), A(a->h), P(p->fc1_b), N, F, m->act));
-  CF_TRY(cf_dropout_forward(m->ctx, A(a->a), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->cfg.model.dropout)));
+  CF_TRY(cf_dropout_forward(m->ctx, A(a->a), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->mc.dropout)));
   return linear_forward(m, S(m->s_branch), A(a->a), p->fc2_w, p->fc2_b, F, C);
 }
 
 /* res = x + dropout(branch in s_branch), then the LayerNorm n of res: one kernel. */
 static cf_status residual_norm_forward(cf_model *m, size_t res, cf_mem x, norm_at n, cf_dropout d) {
   return cf_residual_dropout_layernorm_forward(m->ctx, A(n.out), A(n.mean), A(n.rstd), A(res), x, S(m->s_branch),
-                                               P(n.w), P(n.b), m->B * m->T, m->C, (float)m->cfg.model.ln_eps, d);
+                                               P(n.w), P(n.b), m->B * m->T, m->C, (float)m->mc.ln_eps, d);
 }
 
 static cf_status block_forward(cf_model *m, int l) {
   layer_acts *a = &m->la[l];
-  double pd = m->cfg.model.dropout;
+  double pd = m->mc.dropout;
   cf_mem x = block_input(m, l);
-  if (m->cfg.model.norm == CF_NORM_PRE) {
+  if (m->mc.norm == CF_NORM_PRE) {
     /* x1 = x + Attn(LN1(x)); x2 = x1 + FFN(LN2(x1)). Each residual add runs fused with the
      * LayerNorm of its sum: LN2, then the next block's LN1 (or the final LayerNorm), so LN1(x)
      * is computed here only for the embedding. */
     norm_at ln1 = ln1_at(m, l), next;
     if (l == 0)
       CF_TRY(cf_layernorm_forward(m->ctx, A(ln1.out), A(ln1.mean), A(ln1.rstd), x, P(ln1.w), P(ln1.b), m->B * m->T,
-                                  m->C, (float)m->cfg.model.ln_eps));
+                                  m->C, (float)m->mc.ln_eps));
     CF_TRY(attention_forward(m, l, A(a->norm1)));
     CF_TRY(residual_norm_forward(m, a->res1, x, ln2_at(m, l), dropout_key(m, l, DROP_ATT_OUT, pd)));
     CF_TRY(ffn_forward(m, l, A(a->norm2)));
@@ -416,7 +421,7 @@ static cf_status ffn_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout, cf_m
   layer_acts *a = &m->la[l];
   int N = m->B * m->T, C = m->C, F = m->F;
   CF_TRY(linear_backward(m, S(m->s_wide), p->fc2_w, p->fc2_b, dout, A(a->a), F, C, 0));
-  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_wide), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->cfg.model.dropout)));
+  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_wide), (size_t)N * F, dropout_key(m, l, DROP_FFN_ACT, m->mc.dropout)));
   CF_TRY(cf_bias_act_backward(m->ctx, S(m->s_wide), G(p->fc1_b), S(m->s_wide), A(a->h), N, F, m->act));
   return linear_backward(m, dinp, p->fc1_w, SIZE_MAX, S(m->s_wide), inp, C, F, accumulate);
 }
@@ -437,9 +442,9 @@ static cf_status attention_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout
  * block before runs fused with its last residual's. */
 static cf_status block_backward(cf_model *m, int l) {
   layer_acts *a = &m->la[l];
-  double pd = m->cfg.model.dropout;
+  double pd = m->mc.dropout;
   cf_mem dx = S(m->s_stream), dres = S(m->s_res), dbranch, x = block_input(m, l);
-  if (m->cfg.model.norm == CF_NORM_PRE) {
+  if (m->mc.norm == CF_NORM_PRE) {
     /* x2 = x1 + FFN(LN2(x1)), read by the next LayerNorm: dx2 (+)= LNnext'(dres);
      * dx1 = dx2 + LN2'(FFN'(dx2)) */
     norm_at ln1 = ln1_at(m, l), next;
@@ -481,7 +486,7 @@ static cf_status stage_write(cf_model *m, struct staging *s, cl_mem dst, const i
   return CF_OK;
 }
 
-static float token_scale(const cf_model *m) { return m->cfg.model.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
+static float token_scale(const cf_model *m) { return m->mc.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
 
 cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train) {
   int N = m->B * m->T, C = m->C, V = m->V;
@@ -492,12 +497,12 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
   CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
                               m->wpe == SIZE_MAX ? absent() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
-  CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
+  CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->mc.dropout)));
   for (int l = 0; l < m->L; l++) CF_TRY(block_forward(m, l));
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
   if (m->lnf_w != SIZE_MAX && !final_norm_in_block(m))
     CF_TRY(cf_layernorm_forward(m->ctx, A(m->lnf_out), A(m->lnf_mean), A(m->lnf_rstd), model_output(m), P(m->lnf_w),
-                                P(m->lnf_b), N, C, (float)m->cfg.model.ln_eps));
+                                P(m->lnf_b), N, C, (float)m->mc.ln_eps));
   CF_TRY(linear_forward(m, A(m->logits), xf, m->out_w, SIZE_MAX, C, V));
   m->count = 0;
   if (!targets) return CF_OK;
@@ -505,7 +510,7 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
   /* the loss and, in the same pass over the logits, their gradient for a backward that may follow */
   return cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
-                                          cf_at(m->targets, 0), N, V, (float)m->cfg.model.label_smoothing, -1,
+                                          cf_at(m->targets, 0), N, V, (float)m->mc.label_smoothing, -1,
                                           1.0f / (float)m->count);
 }
 
@@ -524,7 +529,7 @@ cf_status cf_model_backward(cf_model *m) {
     CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
   }
   for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
-  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->cfg.model.dropout)));
+  CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->mc.dropout)));
   return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), S(m->s_stream),
                                cf_at(m->tokens, 0), m->B, m->T, C, V, token_scale(m));
 }
@@ -534,16 +539,16 @@ cf_status cf_model_grad_norm(cf_model *m) {
 }
 
 cf_status cf_model_update(cf_model *m, float lr, int step) {
-  const cf_config *c = &m->cfg;
-  cf_mem norm = c->optim.clip_norm > 0 ? A(m->grad_norm) : absent();
-  if (c->optim.name == CF_OPTIM_SGD)
-    return cf_sgd_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), c->optim.momentum > 0 ? cf_at(m->m1, 0) : absent(),
-                         m->nparams, lr, (float)c->optim.momentum, (float)c->optim.weight_decay, norm,
-                         (float)c->optim.clip_norm);
-  cf_adam h = {lr, (float)c->optim.beta1, (float)c->optim.beta2, (float)c->optim.eps, (float)c->optim.weight_decay,
-               c->optim.name == CF_OPTIM_ADAMW, step};
+  const cf_optim_config *o = &m->oc;
+  cf_mem norm = o->clip_norm > 0 ? A(m->grad_norm) : absent();
+  if (o->name == CF_OPTIM_SGD)
+    return cf_sgd_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), o->momentum > 0 ? cf_at(m->m1, 0) : absent(),
+                         m->nparams, lr, (float)o->momentum, (float)o->weight_decay, norm,
+                         (float)o->clip_norm);
+  cf_adam h = {lr, (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay,
+               o->name == CF_OPTIM_ADAMW, step};
   return cf_adam_update(m->ctx, cf_at(m->params, 0), cf_at(m->grads, 0), cf_at(m->m1, 0), cf_at(m->m2, 0), m->nparams,
-                        &h, norm, (float)c->optim.clip_norm);
+                        &h, norm, (float)o->clip_norm);
 }
 
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, A(m->loss), 1); }
@@ -578,8 +583,8 @@ static cl_mem flat(cf_model *m, int which) {
 }
 
 static int flat_present(const cf_model *m, int which) {
-  if (which == 2) return !(m->cfg.optim.name == CF_OPTIM_SGD && m->cfg.optim.momentum == 0);
-  if (which == 3) return m->cfg.optim.name != CF_OPTIM_SGD;
+  if (which == 2) return !(m->oc.name == CF_OPTIM_SGD && m->oc.momentum == 0);
+  if (which == 3) return m->oc.name != CF_OPTIM_SGD;
   return which >= 0 && which < 2;
 }
 

@@ -247,7 +247,7 @@ static cf_status prepare(run *r) {
   r->in = malloc(N * sizeof *r->in);
   r->tg = malloc(N * sizeof *r->tg);
   if (!r->in || !r->tg) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  CF_TRY(cf_model_create(r->ctx, cfg, cfg->data.batch_size, cfg->data.seq_len, &r->m));
+  CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, cfg->data.batch_size, cfg->data.seq_len, &r->m));
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
   r->ts = (cf_train_state){0, INFINITY, 0, 0, 0};
   if (r->opts->resume_dir) {

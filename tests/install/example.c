@@ -167,7 +167,7 @@ static void check_training(cf_context *ctx) {
 
   int B = cfg.data.batch_size, T = cfg.data.seq_len, steps = 40;
   cf_model *m;
-  CHECK(cf_model_create(ctx, &cfg, B, T, &m));
+  CHECK(cf_model_create(ctx, &cfg.model, &cfg.optim, cfg.seed, B, T, &m));
   CHECK(cf_model_init(m, cfg.seed));
   printf("model: %zu parameters, %d training bytes, %d validation bytes\n", cf_model_num_params(m),
          (int)data.n_train, (int)data.n_valid);

@@ -33,7 +33,7 @@ static void grad_check(cf_context *ctx, int norm, int tie, int learned_pos) {
   tiny_config(&c, norm, tie, learned_pos);
   int B = 2, T = 5, N = B * T;
   cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c, B, T, &m));
+  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
   TEST_OK(cf_model_init(m, 11));
   test_rng r = test_rng_seed(5);
   int in[10], tg[10];
@@ -91,7 +91,7 @@ static void overfit(cf_context *ctx, int norm, int steps, float *losses) {
   c.model.label_smoothing = 0;
   int B = 4, T = 16, N = B * T;
   cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c, B, T, &m));
+  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
   TEST_OK(cf_model_init(m, 3));
   const char *text = "In the beginning God created the heaven and the earth. And the earth was without form, and void.";
   int in[64], tg[64];

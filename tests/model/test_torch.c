@@ -36,7 +36,7 @@ static void check(cf_context *ctx, const char *py, const char *dir, int norm, in
   TEST_OK(cf_config_validate(&c));
   int B = 3, T = 11, N = B * T;
   cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c, B, T, &m));
+  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
   TEST_OK(cf_model_init(m, 77));
   /* move LN gains and biases off their initial values so their gradients are exercised */
   size_t P = cf_model_flat_floats(m);

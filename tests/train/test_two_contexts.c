@@ -75,7 +75,7 @@ static cf_status train_run(run *r) {
   cf_context *ctx = NULL;
   cf_model *m = NULL;
   cf_status st = cf_context_create(&o, &ctx);
-  if (st == CF_OK) st = cf_model_create(ctx, &c, B, T, &m);
+  if (st == CF_OK) st = cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m);
   if (st == CF_OK) st = cf_model_init(m, r->seed);
   if (st == CF_OK) st = train_steps(m, &d, r->seed, r->losses);
   if (st == CF_OK) r->tuned = cf_gemm_tune_summary(ctx, r->applied, sizeof r->applied);
