@@ -33,7 +33,7 @@ const char *cf_last_error(void);
 void cf_clear_error(void);
 
 /* Verbosity of library messages on stderr: -1 silent, 0 errors only, 1 notes (default), 2 debug.
- * Initialised from CLFORMER_VERBOSE. */
+ * Each thread has its own, starting from CLFORMER_VERBOSE. */
 void cf_set_verbosity(int level);
 int cf_verbosity(void);
 

@@ -48,8 +48,8 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
  * until cf_context_free. Safe to call when there is none. */
 void cf_gemm_scratch_free(cf_context *ctx);
 
-/* Tuning (`clformer tune`, src/tune.c): results live in one file per device and driver in the
- * cache directory (see src/gemm.c for its format); a context's first GEMM reads it, applies the
+/* Tuning (`clformer tune`, src/gemm/tune.c): results live in one file per device and driver in the
+ * cache directory (see src/gemm/gemm.c for its format); a context's first GEMM reads it, applies the
  * tuned CLBlast parameters, and cf_gemm/cf_gemm_batched then take the measured faster
  * implementation for each shape listed there (unless $CLFORMER_GEMM names one; CLFORMER_TUNE=off
  * ignores the file). The path of this context's file into buf; 0 when caching is off. */
@@ -57,12 +57,12 @@ int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
 /* Read the file again (after tuning wrote it, or after cf_gemm_tune_hold), applying its CLBlast
  * parameters from the next call on. */
 void cf_gemm_tune_reload(cf_context *ctx);
-/* Before any GEMM on this device in the process: leave its tuning file unread, so CLBlast runs
- * with its own defaults (and no per-shape choice applies), until cf_gemm_tune_reload (`bench gemm`
- * times both). 1 when held; 0 when there is nothing to hold back (no file, none with `clblast`
- * lines, CLFORMER_TUNE=off, caching off), when the file was read already or CLBlast took tuned
- * parameters for the device before (it cannot be put back to its defaults), or when the table of
- * devices is full. */
+/* Before this context's first GEMM: leave its tuning file unread, so CLBlast runs with its own
+ * defaults (and no per-shape choice applies), until cf_gemm_tune_reload (`bench gemm` times both).
+ * 1 when held; 0 when there is nothing to hold back (no file, none with `clblast` lines,
+ * CLFORMER_TUNE=off, caching off), when this context read its file already, or when CLBlast took
+ * tuned parameters for the device before in this process (CLBlast keeps them per device for the
+ * whole process and cannot be put back to its defaults). */
 int cf_gemm_tune_hold(cf_context *ctx);
 /* Whether tuned CLBlast parameters are in force on this context (reading the file if not done
  * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */

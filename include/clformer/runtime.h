@@ -90,7 +90,8 @@ typedef struct cf_cache_stats {
   double last_load_ms;   /* wall time of the most recent program load (build or cache) */
 } cf_cache_stats;
 cf_cache_stats cf_context_cache_stats(const cf_context *ctx);
-/* Directory used for cached binaries, or NULL when caching is off (CLFORMER_CACHE=off). */
+/* Directory used for cached binaries, or NULL when caching is off (CLFORMER_CACHE=off); the
+ * string is the calling thread's, valid until its next call. */
 const char *cf_cache_dir(void);
 /* Removes this cache's entries in dir that are unused for max_age_days, then the least recently
  * used until they total at most max_bytes; other files are left alone. Returns how many went.

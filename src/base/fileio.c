@@ -1,5 +1,6 @@
 /* Small file helpers: whole-file read, atomic write (temporary, fsync, rename), mkdir -p. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,10 @@ cf_status cf_write_file_atomic(const char *path, const void *data, size_t len) {
   size_t plen = strlen(path) + 32;
   char *tmp = malloc(plen);
   if (!tmp) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  /* unique per process and per call: two threads replacing one file never share a temporary */
+  static atomic_uint serial;
+  snprintf(tmp, plen, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) {
     cf_status st = CF_FAIL(CF_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     free(tmp);

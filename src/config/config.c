@@ -98,18 +98,19 @@ static int distance(const char *a, const char *b) {
   return d[n][m];
 }
 
-static const char *suggest(const char *key) {
+/* The known key (or section, into the caller's section buffer) nearest to a misspelled one; NULL
+ * when none is near. */
+static const char *suggest(const char *key, char section[32]) {
   /* a misspelled section ("trian:") is best answered with the section */
-  static char section[32];
   if (!strchr(key, '.')) {
     int sd = 99;
     for (size_t i = 0; i < NKEYS; i++) {
       const char *dot = strchr(keys[i].key, '.');
-      if (!dot || (size_t)(dot - keys[i].key) >= sizeof section) continue;
+      if (!dot || dot - keys[i].key >= 32) continue;
       char sec[32];
       snprintf(sec, sizeof sec, "%.*s", (int)(dot - keys[i].key), keys[i].key);
       int d = distance(key, sec);
-      if (d < sd) { sd = d; snprintf(section, sizeof section, "%s", sec); }
+      if (d < sd) { sd = d; snprintf(section, 32, "%s", sec); }
     }
     if (sd <= 2 && sd < (int)strlen(key)) return section;
   }
@@ -232,7 +233,8 @@ cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, co
       return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a comparison file: run it with `clformer compare`", where, key);
     if (!strcmp(key, "depths") || !strcmp(key, "placements"))
       return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a gradnorm file: run it with `clformer gradnorm`", where, key);
-    const char *s = suggest(key);
+    char section[32];
+    const char *s = suggest(key, section);
     if (s) return CF_FAIL(CF_ERR_CONFIG, "%s: unknown key '%s' (did you mean '%s'?)", where, key, s);
     return CF_FAIL(CF_ERR_CONFIG, "%s: unknown key '%s' (clformer check --keys lists them all)", where, key);
   }
