@@ -48,20 +48,20 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
 /* Zero the gradients and back-propagate the last forward's loss (which must have had targets). */
 cf_status cf_model_backward(cf_model *m);
 /* Global L2 norm of the gradient, computed on the device (kept for the clipping in cf_model_update). */
-cf_status cf_model_grad_norm(cf_model *m);
+cf_status cf_model_global_grad_norm(cf_model *m);
 /* One optimizer step at learning rate lr (step is 1-based, for Adam's bias correction); clips by
- * the norm cf_model_grad_norm computed when optim.clip_norm > 0. */
+ * the norm cf_model_global_grad_norm computed when optim.clip_norm > 0. */
 cf_status cf_model_update(cf_model *m, float lr, int step);
 
 /* acc[0] += the last forward's mean loss, on the device (no host round trip). */
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc);
 /* Blocking reads of the last loss and gradient norm. */
 cf_status cf_model_loss(cf_model *m, float *loss);
-cf_status cf_model_read_grad_norm(cf_model *m, float *norm);
+cf_status cf_model_read_global_grad_norm(cf_model *m, float *norm);
 /* Logits of sequence b at position t after a forward, (V) floats. */
 cf_status cf_model_logits(cf_model *m, int b, int t, float *out);
-/* L2 norm of each view's gradient (cf_model_num_views floats). */
-cf_status cf_model_grad_norms(cf_model *m, float *out);
+/* L2 norm of each tensor's gradient, one per view (cf_model_num_views floats): the gradnorm experiment's numbers. */
+cf_status cf_model_tensor_grad_norms(cf_model *m, float *out);
 
 /* Host copies of the flat buffers (cf_model_flat_floats floats each). which: 0 params, 1 grads,
  * 2 Adam m (or SGD momentum), 3 Adam v. */

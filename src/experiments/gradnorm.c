@@ -125,8 +125,8 @@ static json_t *rows_json(double *norms, const gn_spec *s, int ni, int di, int Lm
 
 /* gradnorm.json: every mean and sd, and the scaling of the last layer's W2 with depth; NULL when out
  * of memory. */
-static json_t *gradnorm_json(double *norms, const gn_spec *s, int Lmax, const char *device, double ys[][32],
-                             const double *es) {
+static json_t *gradnorm_json(double *norms, const gn_spec *s, int Lmax, const char *device, double ys[2][32],
+                             const double es[2]) {
   json_t *depths = json_array(), *quantities = json_array(), *placements = json_object(), *scaling = json_object();
   int bad = 0;
   for (int d = 0; d < s->ndepths; d++) bad |= json_array_append_new(depths, json_integer(s->depths[d]));
@@ -165,171 +165,216 @@ static double loglog_slope(const double *x, const double *y, int n) {
 
 static const char *norm_name(int n) { return n == CF_NORM_PRE ? "Pre-LN" : "Post-LN"; }
 
-cf_status cf_gradnorm(const cf_gradnorm_options *o) {
-  gn_spec s;
-  cf_status st = parse_gn(&s, o->path, o->sets, o->nsets);
-  if (st != CF_OK) return st;
-  if (o->seeds) s.seeds = o->seeds;
-  if (o->out) snprintf(s.out, sizeof s.out, "%s", o->out);
-  cf_data data;
-  if ((st = cf_data_open(&data, &s.base)) != CF_OK) return st;
-  int Lmax = 0;
-  for (int d = 0; d < s.ndepths; d++) Lmax = s.depths[d] > Lmax ? s.depths[d] : Lmax;
-  int B = s.base.data.batch_size, T = s.base.data.seq_len;
-  double *norms = calloc((size_t)s.nnorms * s.ndepths * s.seeds * Lmax * NQ, sizeof *norms);
-  int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
-  cf_context *ctx = NULL;
-  if (!norms || !in || !tg) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
-  cf_data_batch(&data, CF_SPLIT_TRAIN, s.base.seed, 0, B, T, in, tg);  /* the one fixed batch */
-  cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s.base.device)};
-  if ((st = cf_context_create(&co, &ctx)) != CF_OK) goto done;
-  if ((st = cf_selftest_ensure(ctx)) != CF_OK) goto done;
-  if ((st = cf_mkdirs(s.out)) != CF_OK) goto done;
-  double t0 = cf_now();
-  int total = s.nnorms * s.ndepths * s.seeds, idx = 0;
-  for (int ni = 0; ni < s.nnorms && st == CF_OK; ni++)
-    for (int di = 0; di < s.ndepths && st == CF_OK; di++)
-      for (int k = 0; k < s.seeds && st == CF_OK; k++) {
-        cf_config c = s.base;
-        c.model.norm = s.norms[ni];
-        c.model.layers = s.depths[di];
-        c.model.final_norm = CF_FINAL_NORM_AUTO;
-        c.model.dropout = c.model.attn_dropout = 0;
-        if ((st = cf_config_validate(&c)) != CF_OK) break;
-        cf_model *m;
-        if ((st = cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m)) != CF_OK) break;
-        float *g = malloc((size_t)cf_model_num_views(m) * sizeof *g);
-        st = g ? cf_model_init(m, s.base.seed + (unsigned long long)k) : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-        if (st == CF_OK) st = cf_model_forward(m, in, tg, 0, 0);
-        if (st == CF_OK) st = cf_model_backward(m);
-        if (st == CF_OK) st = cf_model_grad_norms(m, g);
-        for (int l = 0; st == CF_OK && l < c.model.layers; l++)
-          for (int q = 0; q < NQ; q++) {
-            char name[96];
-            snprintf(name, sizeof name, "layers.%d.%s", l, qname[q]);
-            const cf_tensor_view *v = cf_model_find_view(m, name);
-            for (int i = 0; v && i < cf_model_num_views(m); i++)
-              if (cf_model_view(m, i) == v) *at(norms, &s, ni, di, k, l, q, Lmax) = g[i];
-          }
-        free(g);
-        cf_model_free(m);
-        idx++;
-        if (o->progress) {
-          char what[96];
-          snprintf(what, sizeof what, "%s, %d layers, seed %d", norm_name(s.norms[ni]), s.depths[di],
-                   (int)(s.base.seed + (unsigned long long)k));
-          double el = cf_now() - t0;
-          o->progress(o->user, idx, total, what, el, el / idx * (total - idx));
-        }
-      }
-  if (st != CF_OK) goto done;
+/* One initialisation of one (placement, depth): every layer's quantities into norms. */
+static cf_status measure_one(cf_context *ctx, const gn_spec *s, int ni, int di, int k, const int *in, const int *tg,
+                             double *norms, int Lmax) {
+  cf_config c = s->base;
+  c.model.norm = s->norms[ni];
+  c.model.layers = s->depths[di];
+  c.model.final_norm = CF_FINAL_NORM_AUTO;
+  c.model.dropout = c.model.attn_dropout = 0;
+  CF_TRY(cf_config_validate(&c));
+  cf_model *m;
+  CF_TRY(cf_model_create(ctx, &c.model, &c.optim, c.seed, c.data.batch_size, c.data.seq_len, &m));
+  float *g = malloc((size_t)cf_model_num_views(m) * sizeof *g);
+  cf_status st = g ? cf_model_init(m, s->base.seed + (unsigned long long)k) : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (st == CF_OK) st = cf_model_forward(m, in, tg, 0, 0);
+  if (st == CF_OK) st = cf_model_backward(m);
+  if (st == CF_OK) st = cf_model_tensor_grad_norms(m, g);
+  for (int l = 0; st == CF_OK && l < c.model.layers; l++)
+    for (int q = 0; q < NQ; q++) {
+      char name[96];
+      snprintf(name, sizeof name, "layers.%d.%s", l, qname[q]);
+      const cf_tensor_view *v = cf_model_find_view(m, name);
+      for (int i = 0; v && i < cf_model_num_views(m); i++)
+        if (cf_model_view(m, i) == v) *at(norms, s, ni, di, k, l, q, Lmax) = g[i];
+    }
+  free(g);
+  cf_model_free(m);
+  return st;
+}
 
-  /* tables, scaling fit, JSON and the figure */
-  char p[1200];
-  snprintf(p, sizeof p, "%s/gradnorm.md", s.out);
-  FILE *md = fopen(p, "w");
-  if (!md) {
-    st = CF_FAIL(CF_ERR_IO, "cannot write into %s", s.out);
-    goto done;
+/* Every (placement, depth, seed) on the one fixed batch, with progress after each. */
+static cf_status measure_all(cf_context *ctx, const gn_spec *s, const cf_gradnorm_options *o, const int *in,
+                             const int *tg, double *norms, int Lmax) {
+  double t0 = cf_now();
+  int total = s->nnorms * s->ndepths * s->seeds, idx = 0;
+  for (int ni = 0; ni < s->nnorms; ni++)
+    for (int di = 0; di < s->ndepths; di++)
+      for (int k = 0; k < s->seeds; k++) {
+        CF_TRY(measure_one(ctx, s, ni, di, k, in, tg, norms, Lmax));
+        if (!o->progress) continue;
+        char what[96];
+        snprintf(what, sizeof what, "%s, %d layers, seed %d", norm_name(s->norms[ni]), s->depths[di],
+                 (int)(s->base.seed + (unsigned long long)k));
+        double el = cf_now() - t0;
+        idx++;
+        o->progress(o->user, idx, total, what, el, el / idx * (total - idx));
+      }
+  return CF_OK;
+}
+
+/* Per placement: the last layer's W2 norm at each depth (ys) and its fitted exponent (es). */
+static void last_w2_scaling(const gn_spec *s, double *norms, int Lmax, double ys[2][32], double es[2]) {
+  for (int ni = 0; ni < s->nnorms; ni++) {
+    double x[32], sd;
+    for (int di = 0; di < s->ndepths; di++) {
+      x[di] = s->depths[di];
+      mean_sd(norms, s, ni, di, s->depths[di] - 1, W2, Lmax, &ys[ni][di], &sd);
+    }
+    es[ni] = s->ndepths > 1 ? loglog_slope(x, ys[ni], s->ndepths) : NAN;
   }
+}
+
+static const char *theorem1(int norm) { return norm == CF_NORM_PRE ? "L^-0.5" : "L^0"; }
+
+/* One table per depth: every layer's quantities, mean ± sd, a column per placement and quantity. */
+static void markdown_depth(FILE *md, const gn_spec *s, double *norms, int Lmax, int di) {
+  fprintf(md, "## %d layers\n\n| layer |", s->depths[di]);
+  for (int ni = 0; ni < s->nnorms; ni++)
+    for (int q = 0; q < NQ; q++) fprintf(md, " %s %s |", norm_name(s->norms[ni]), qshort[q]);
+  fprintf(md, "\n|---|");
+  for (int i = 0; i < s->nnorms * NQ; i++) fputs("---|", md);
+  fputc('\n', md);
+  for (int l = 0; l < s->depths[di]; l++) {
+    fprintf(md, "| %d |", l + 1);
+    for (int ni = 0; ni < s->nnorms; ni++)
+      for (int q = 0; q < NQ; q++) {
+        double mu, sd;
+        mean_sd(norms, s, ni, di, l, q, Lmax, &mu, &sd);
+        fprintf(md, " %.3g ± %.2g |", mu, sd);
+      }
+    fputc('\n', md);
+  }
+  fputc('\n', md);
+}
+
+/* gradnorm.md: the tables, then the scaling of the last layer's W2 with depth. */
+static cf_status write_markdown(const gn_spec *s, double *norms, int Lmax, const char *device, double ys[2][32],
+                                const double es[2]) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s/gradnorm.md", s->out);
+  FILE *md = fopen(p, "w");
+  if (!md) return CF_FAIL(CF_ERR_IO, "cannot write into %s", s->out);
+  const cf_config *b = &s->base;
   fprintf(md, "# Gradient norms at initialization\n\nFrobenius norm of each layer's gradient before any update, on one "
               "fixed batch of %d x %d bytes, mean ± standard deviation over %d initialisations (Xavier-uniform, seeds "
-              "%llu..%llu). Model: d_model %d, %d heads, d_ff %d, %s, device %s.\n\n", B, T, s.seeds, s.base.seed,
-          s.base.seed + (unsigned long long)s.seeds - 1, s.base.model.d_model, s.base.model.heads, s.base.model.d_ff,
-          s.base.model.activation == 0 ? "ReLU" : "GELU", cf_context_device(ctx)->name);
-  for (int di = 0; di < s.ndepths; di++) {
-    fprintf(md, "## %d layers\n\n| layer |", s.depths[di]);
-    for (int ni = 0; ni < s.nnorms; ni++)
-      for (int q = 0; q < NQ; q++) fprintf(md, " %s %s |", norm_name(s.norms[ni]), qshort[q]);
-    fprintf(md, "\n|---|");
-    for (int i = 0; i < s.nnorms * NQ; i++) fputs("---|", md);
-    fputc('\n', md);
-    for (int l = 0; l < s.depths[di]; l++) {
-      fprintf(md, "| %d |", l + 1);
-      for (int ni = 0; ni < s.nnorms; ni++)
-        for (int q = 0; q < NQ; q++) {
-          double mu, sd;
-          mean_sd(norms, &s, ni, di, l, q, Lmax, &mu, &sd);
-          fprintf(md, " %.3g ± %.2g |", mu, sd);
-        }
-      fputc('\n', md);
-    }
-    fputc('\n', md);
-  }
+              "%llu..%llu). Model: d_model %d, %d heads, d_ff %d, %s, device %s.\n\n", b->data.batch_size,
+          b->data.seq_len, s->seeds, b->seed, b->seed + (unsigned long long)s->seeds - 1, b->model.d_model,
+          b->model.heads, b->model.d_ff, b->model.activation == CF_ACT_RELU ? "ReLU" : "GELU", device);
+  for (int di = 0; di < s->ndepths; di++) markdown_depth(md, s, norms, Lmax, di);
   fprintf(md, "## Scaling of the last layer's W2 gradient with depth (Theorem 1)\n\n| placement |");
-  for (int d = 0; d < s.ndepths; d++) fprintf(md, " L = %d |", s.depths[d]);
+  for (int d = 0; d < s->ndepths; d++) fprintf(md, " L = %d |", s->depths[d]);
   fprintf(md, " fitted exponent | Theorem 1 |\n|---|");
-  for (int d = 0; d <= s.ndepths + 1; d++) fputs("---|", md);
+  for (int d = 0; d <= s->ndepths + 1; d++) fputs("---|", md);
   fputc('\n', md);
-  if (o->report) fprintf(o->report, "last layer's W2 gradient norm against depth (mean over %d initialisations):\n", s.seeds);
-  double ys[2][32], es[2];  /* per placement: the last W2's norm at each depth, the fitted exponent */
-  for (int ni = 0; ni < s.nnorms; ni++) {
-    double x[32], *y = ys[ni];
-    fprintf(md, "| %s |", norm_name(s.norms[ni]));
-    if (o->report) fprintf(o->report, "  %-8s", norm_name(s.norms[ni]));
-    for (int di = 0; di < s.ndepths; di++) {
-      double sd;
-      x[di] = s.depths[di];
-      mean_sd(norms, &s, ni, di, s.depths[di] - 1, W2, Lmax, &y[di], &sd);
-      fprintf(md, " %.4g |", y[di]);
-      if (o->report) fprintf(o->report, "  L=%d: %.4g", s.depths[di], y[di]);
-    }
-    double e = es[ni] = s.ndepths > 1 ? loglog_slope(x, y, s.ndepths) : NAN;
-    const char *theory = s.norms[ni] == CF_NORM_PRE ? "L^-0.5" : "L^0";
-    fprintf(md, " L^%.2f | %s |\n", e, theory);
-    if (o->report) fprintf(o->report, "  -> fitted L^%.2f (Theorem 1: %s)\n", e, theory);
+  for (int ni = 0; ni < s->nnorms; ni++) {
+    fprintf(md, "| %s |", norm_name(s->norms[ni]));
+    for (int di = 0; di < s->ndepths; di++) fprintf(md, " %.4g |", ys[ni][di]);
+    fprintf(md, " L^%.2f | %s |\n", es[ni], theorem1(s->norms[ni]));
   }
   fprintf(md, "\nFigure: [gradnorm.svg](gradnorm.svg) (W2 gradient norm against layer, one panel per depth, error bars over "
               "initialisations).\n");
-  fclose(md);
-  json_t *doc = gradnorm_json(norms, &s, Lmax, cf_context_device(ctx)->name, ys, es);
-  snprintf(p, sizeof p, "%s/gradnorm.json", s.out);
-  st = cf_json_write_file(doc, p);
-  json_decref(doc);
-  if (st != CF_OK) goto done;
+  return fclose(md) ? CF_FAIL(CF_ERR_IO, "cannot write %s", p) : CF_OK;
+}
 
-  /* the figure: one panel per depth, W2 gradient norm against layer, a line per placement */
-  int cols = s.ndepths < 2 ? 1 : 2, rows = (s.ndepths + cols - 1) / cols, PW = 440, PH = 260;
-  snprintf(p, sizeof p, "%s/gradnorm.svg", s.out);
+static void print_scaling(FILE *f, const gn_spec *s, double ys[2][32], const double es[2]) {
+  fprintf(f, "last layer's W2 gradient norm against depth (mean over %d initialisations):\n", s->seeds);
+  for (int ni = 0; ni < s->nnorms; ni++) {
+    fprintf(f, "  %-8s", norm_name(s->norms[ni]));
+    for (int di = 0; di < s->ndepths; di++) fprintf(f, "  L=%d: %.4g", s->depths[di], ys[ni][di]);
+    fprintf(f, "  -> fitted L^%.2f (Theorem 1: %s)\n", es[ni], theorem1(s->norms[ni]));
+  }
+}
+
+/* gradnorm.svg: one panel per depth, W2 gradient norm against layer, a line per placement. */
+static void write_svg(const gn_spec *s, double *norms, int Lmax) {
+  char p[1200];
+  int cols = s->ndepths < 2 ? 1 : 2, rows = (s->ndepths + cols - 1) / cols, PW = 440, PH = 260;
+  snprintf(p, sizeof p, "%s/gradnorm.svg", s->out);
   FILE *f = svg_begin(p, cols * (PW + 110) + 20, rows * (PH + 90) + 20);
   double ylo = INFINITY, yhi = 0;
-  for (int ni = 0; ni < s.nnorms; ni++)
-    for (int di = 0; di < s.ndepths; di++)
-      for (int l = 0; l < s.depths[di]; l++)
-        for (int k = 0; k < s.seeds; k++) {
-          double v = *at(norms, &s, ni, di, k, l, W2, Lmax);
+  for (int ni = 0; ni < s->nnorms; ni++)
+    for (int di = 0; di < s->ndepths; di++)
+      for (int l = 0; l < s->depths[di]; l++)
+        for (int k = 0; k < s->seeds; k++) {
+          double v = *at(norms, s, ni, di, k, l, W2, Lmax);
           if (v > 0) { ylo = fmin(ylo, v); yhi = fmax(yhi, v); }
         }
   if (!isfinite(ylo)) { ylo = 1e-3; yhi = 1; }
-  for (int di = 0; f && di < s.ndepths; di++) {
+  for (int di = 0; f && di < s->ndepths; di++) {
     char title[96];
-    snprintf(title, sizeof title, "%d layers: gradient norm of W2", s.depths[di]);
-    svg_panel pn = {90.0 + (di % cols) * (PW + 110), 40.0 + (di / cols) * (PH + 90), PW, PH, 0.5, s.depths[di] + 0.5,
+    snprintf(title, sizeof title, "%d layers: gradient norm of W2", s->depths[di]);
+    svg_panel pn = {90.0 + (di % cols) * (PW + 110), 40.0 + (di / cols) * (PH + 90), PW, PH, 0.5, s->depths[di] + 0.5,
                     ylo / 1.5, yhi * 1.5, 0, 1, NULL, "layer", "||dL/dW2||", 110};
     pn.title = title;
     svg_axes(f, &pn);
-    for (int ni = 0; ni < s.nnorms; ni++) {
+    for (int ni = 0; ni < s->nnorms; ni++) {
       double xs[1000], mu[1000], lo[1000], hi[1000];
-      for (int l = 0; l < s.depths[di]; l++) {
+      for (int l = 0; l < s->depths[di]; l++) {
         double sd;
         xs[l] = l + 1;
-        mean_sd(norms, &s, ni, di, l, W2, Lmax, &mu[l], &sd);
+        mean_sd(norms, s, ni, di, l, W2, Lmax, &mu[l], &sd);
         lo[l] = mu[l] - sd > 0 ? mu[l] - sd : mu[l] / 1.5;
         hi[l] = mu[l] + sd;
       }
-      const char *col = svg_color(s.norms[ni] == CF_NORM_PRE ? 0 : 1);
-      svg_line(f, &pn, xs, mu, s.depths[di], col, 2, 1, "");
-      if (s.seeds > 1) svg_errorbars(f, &pn, xs, lo, hi, s.depths[di], col);
-      svg_legend(f, &pn, ni, col, "", norm_name(s.norms[ni]));
+      const char *col = svg_color(s->norms[ni] == CF_NORM_PRE ? 0 : 1);
+      svg_line(f, &pn, xs, mu, s->depths[di], col, 2, 1, "");
+      if (s->seeds > 1) svg_errorbars(f, &pn, xs, lo, hi, s->depths[di], col);
+      svg_legend(f, &pn, ni, col, "", norm_name(s->norms[ni]));
     }
   }
   if (f) svg_end(f);
-  if (o->report) fprintf(o->report, "wrote %s/gradnorm.md, gradnorm.json and gradnorm.svg\n", s.out);
-done:
+}
+
+/* The reports from the measurements: gradnorm.md, gradnorm.json, gradnorm.svg. */
+static cf_status write_reports(const gn_spec *s, double *norms, int Lmax, const char *device, FILE *report) {
+  double ys[2][32], es[2];
+  last_w2_scaling(s, norms, Lmax, ys, es);
+  CF_TRY(write_markdown(s, norms, Lmax, device, ys, es));
+  if (report) print_scaling(report, s, ys, es);
+  char p[1200];
+  snprintf(p, sizeof p, "%s/gradnorm.json", s->out);
+  json_t *doc = gradnorm_json(norms, s, Lmax, device, ys, es);
+  cf_status st = cf_json_write_file(doc, p);
+  json_decref(doc);
+  if (st == CF_OK) write_svg(s, norms, Lmax);
+  if (st == CF_OK && report) fprintf(report, "wrote %s/gradnorm.md, gradnorm.json and gradnorm.svg\n", s->out);
+  return st;
+}
+
+/* The fixed batch, the device, the measurements, the reports. */
+static cf_status gradnorm(const gn_spec *s, const cf_gradnorm_options *o, cf_data *data) {
+  int Lmax = 0, B = s->base.data.batch_size, T = s->base.data.seq_len;
+  for (int d = 0; d < s->ndepths; d++) Lmax = s->depths[d] > Lmax ? s->depths[d] : Lmax;
+  double *norms = calloc((size_t)s->nnorms * s->ndepths * s->seeds * Lmax * NQ, sizeof *norms);
+  int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+  cf_context *ctx = NULL;
+  cf_status st = norms && in && tg ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (st == CF_OK) {
+    cf_data_batch(data, CF_SPLIT_TRAIN, s->base.seed, 0, B, T, in, tg);  /* the one fixed batch */
+    cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s->base.device)};
+    st = cf_context_create(&co, &ctx);
+  }
+  if (st == CF_OK) st = cf_selftest_ensure(ctx);
+  if (st == CF_OK) st = cf_mkdirs(s->out);
+  if (st == CF_OK) st = measure_all(ctx, s, o, in, tg, norms, Lmax);
+  if (st == CF_OK) st = write_reports(s, norms, Lmax, cf_context_device(ctx)->name, o->report);
   cf_context_free(ctx);
-  cf_data_close(&data);
   free(norms);
   free(in);
   free(tg);
+  return st;
+}
+
+cf_status cf_gradnorm(const cf_gradnorm_options *o) {
+  gn_spec s;
+  CF_TRY(parse_gn(&s, o->path, o->sets, o->nsets));
+  if (o->seeds) s.seeds = o->seeds;
+  if (o->out) snprintf(s.out, sizeof s.out, "%s", o->out);
+  cf_data data;
+  CF_TRY(cf_data_open(&data, &s.base));
+  cf_status st = gradnorm(&s, o, &data);
+  cf_data_close(&data);
   return st;
 }

@@ -534,7 +534,7 @@ cf_status cf_model_backward(cf_model *m) {
                                cf_at(m->tokens, 0), m->B, m->T, C, V, token_scale(m));
 }
 
-cf_status cf_model_grad_norm(cf_model *m) {
+cf_status cf_model_global_grad_norm(cf_model *m) {
   return cf_global_norm(m->ctx, A(m->grad_norm), cf_at(m->grads, 0), m->nparams, S(m->s_norm));
 }
 
@@ -553,14 +553,14 @@ cf_status cf_model_update(cf_model *m, float lr, int step) {
 
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, A(m->loss), 1); }
 cf_status cf_model_loss(cf_model *m, float *loss) { return cf_read(m->ctx, A(m->loss), loss, 1); }
-cf_status cf_model_read_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
+cf_status cf_model_read_global_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
 
 cf_status cf_model_logits(cf_model *m, int b, int t, float *out) {
   if (b < 0 || b >= m->B || t < 0 || t >= m->T) return CF_FAIL(CF_ERR_INVALID_ARG, "logits of (%d, %d) outside the batch", b, t);
   return cf_read(m->ctx, A(m->logits + ((size_t)b * m->T + t) * m->V), out, (size_t)m->V);
 }
 
-cf_status cf_model_grad_norms(cf_model *m, float *out) {
+cf_status cf_model_tensor_grad_norms(cf_model *m, float *out) {
   size_t *offs = malloc((size_t)m->nviews * sizeof *offs), *counts = malloc((size_t)m->nviews * sizeof *counts);
   cl_mem o = NULL, s = NULL;
   cf_status st = CF_OK;

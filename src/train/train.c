@@ -52,7 +52,7 @@ static cf_status write_text(const char *path, const cf_config *cfg) {
 cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc) {
   CF_TRY(cf_model_forward(m, inputs, targets, (uint32_t)step, 1));
   CF_TRY(cf_model_backward(m));
-  CF_TRY(cf_model_grad_norm(m));
+  CF_TRY(cf_model_global_grad_norm(m));
   CF_TRY(cf_model_update(m, lr, step));
   return cf_model_add_loss(m, loss_acc);
 }
@@ -147,7 +147,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   const cf_config *cfg = r->cfg;
   float sum, gnorm, zero = 0;
   CF_TRY(cf_read(r->ctx, cf_at(r->acc, 0), &sum, 1));
-  CF_TRY(cf_model_read_grad_norm(r->m, &gnorm));
+  CF_TRY(cf_model_read_global_grad_norm(r->m, &gnorm));
   CF_TRY(cf_write(r->ctx, cf_at(r->acc, 0), &zero, 1));
   double now = cf_now(), elapsed = r->wall0 + now - r->t_start, train_loss = sum / (step - r->last_row_step);
   cf_train_event e = {.kind = CF_TRAIN_LOGGED, .step = step, .lr = lr, .train_loss = train_loss, .valid_loss = NAN,

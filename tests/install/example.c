@@ -181,7 +181,7 @@ static void check_training(cf_context *ctx) {
     cf_data_batch(&data, CF_SPLIT_TRAIN, cfg.seed, (uint64_t)step, B, T, in, tg);
     CHECK(cf_model_forward(m, in, tg, (uint32_t)step, 1));
     CHECK(cf_model_backward(m));
-    CHECK(cf_model_grad_norm(m));
+    CHECK(cf_model_global_grad_norm(m));
     CHECK(cf_model_update(m, (float)cf_config_lr(&cfg, step), step));
     CHECK(cf_model_loss(m, &loss));
     if (!isfinite(loss)) finite = 0;

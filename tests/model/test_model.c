@@ -100,7 +100,7 @@ static void overfit(cf_context *ctx, int norm, int steps, float *losses) {
     TEST_OK(cf_model_forward(m, in, tg, (uint32_t)s, 1));
     TEST_OK(cf_model_loss(m, &losses[s - 1]));
     TEST_OK(cf_model_backward(m));
-    TEST_OK(cf_model_grad_norm(m));
+    TEST_OK(cf_model_global_grad_norm(m));
     TEST_OK(cf_model_update(m, 3e-3f, s));
   }
   cf_model_free(m);

@@ -58,7 +58,7 @@ static cf_status train_steps(cf_model *m, const cf_data *d, unsigned long long s
     TRY(cf_model_forward(m, in, tg, (uint32_t)s, 1));
     TRY(cf_model_loss(m, &losses[s - 1]));
     TRY(cf_model_backward(m));
-    TRY(cf_model_grad_norm(m));
+    TRY(cf_model_global_grad_norm(m));
     TRY(cf_model_update(m, 1e-3f, s));
   }
   return CF_OK;
