@@ -1,0 +1,44 @@
+/* The matrix products of one training step, the one list `bench gemm`, `bench step` and `tune` use,
+ * and their FLOP count. Must match what model.c issues: forward, the data and weight gradients of
+ * every linear layer, and the six batched attention products per layer. */
+#include <stdio.h>
+#include "clformer/model.h"
+
+int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
+  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
+  size_t F = (size_t)cfg->model.d_ff, V = CF_MODEL_VOCAB, T = (size_t)cfg->data.seq_len;
+  size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
+  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
+  size_t BNH = (size_t)cfg->data.batch_size * NH;
+  struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
+                                                         {"fc2", C, F}, {"logits", V, C}};
+  int n = 0;
+  for (int i = 0; i < 5; i++) {
+    int per_step = i < 4 ? layers : 1;  /* the logits' projection once, the others in every block */
+    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
+    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
+    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
+    snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
+    snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
+    snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
+    sh[n++] = f;
+    sh[n++] = dw;
+    sh[n++] = dx;
+  }
+  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
+                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
+                      {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
+  for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
+  return n;
+}
+
+double cf_model_gemm_flops(const cf_config *cfg) {
+  cf_gemm_shape sh[CF_GEMM_MAX_SHAPES];
+  double flops = 0;
+  for (int i = 0, n = cf_model_gemm_shapes(cfg, sh); i < n; i++)
+    flops += 2.0 * (double)sh[i].M * (double)sh[i].N * (double)sh[i].K * (double)sh[i].batch * sh[i].per_step;
+  return flops;
+}
