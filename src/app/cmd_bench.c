@@ -1,6 +1,6 @@
-/* `clformer bench kernels|gemm|step|all`: device benchmarks (src/bench.c for the memory-bound
- * kernels, src/bench_gemm.c for GEMM, src/bench_step.c for a training step). Registered in
- * src/main.c's command table and declared in src/cli.h as int cmd_bench(int argc, char **argv);
+/* `clformer bench kernels|gemm|step|all`: device benchmarks (bench/bench.c for the memory-bound
+ * kernels, bench/bench_gemm.c for GEMM, bench/bench_step.c for a training step). Registered in
+ * app/main.c's command table and declared in app/cli.h as int cmd_bench(int argc, char **argv);
  *
  * The JSON file (--json FILE), schema 1. One object; numbers are plain JSON numbers, null where a
  * value does not exist; times in ms or us as the key says, rates in GB/s, GFLOP/s, tokens/s.
@@ -65,7 +65,7 @@
 #include "runtime/runtime.h"
 
 int cmd_bench(int argc, char **argv);
-/* src/bench.c: the memory-bound kernels; `only` filters kernel names by substring (NULL: all); adds
+/* bench/bench.c: the memory-bound kernels; `only` filters kernel names by substring (NULL: all); adds
  * "kernels" to report (NULL: none). */
 cf_status cf_bench_kernels(cf_context *ctx, int repeat, const char *only, FILE *tables, json_t *report);
 
@@ -155,94 +155,132 @@ static json_t *report_head(cf_context *ctx, double round_trip) {
                    dev);
 }
 
-int cmd_bench(int argc, char **argv) {
-  double t_start = cf_now();
-  const char *what = NULL, *spec = NULL, *config = NULL, *json_path = NULL, *only = NULL;
+/* What the command line asked for. */
+typedef struct bench_args {
+  const char *what, *spec, *config, *json_path, *only;
   char *sets[256];
-  int nsets = 0, repeat = 0, vs_blas = 0;  /* repeat 0: each benchmark's own default */
+  int nsets, repeat, vs_blas;  /* repeat 0: each benchmark's own default */
+  cf_bench_step_options so;
+} bench_args;
+
+/* The options into a; -1 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, bench_args *a) {
   cf_bench_step_options so = {20, 3, 3, 0, 0, NULL, 0, 0};
+  a->so = so;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *s = argv[i];
     int more = i + 1 < argc;
-    if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
-    else if (cf_arg_is(a, "--device", "-d") && more) spec = argv[++i];
-    else if (cf_arg_is(a, "--config", "-c") && more) config = argv[++i];
-    else if (cf_arg_is(a, "--set", NULL) && more && nsets < 255) sets[nsets++] = argv[++i];
-    else if (cf_arg_is(a, "--json", NULL) && more) json_path = argv[++i];
-    else if (cf_arg_is(a, "--only", NULL) && more) only = argv[++i];
-    else if (cf_arg_is(a, "--vs-blas", NULL)) vs_blas = 1;
-    else if (cf_arg_is(a, "--vs-torch", NULL)) so.vs_torch = 1;
-    else if (cf_arg_is(a, "--torch-script", NULL) && more) so.torch_script = argv[++i];
-    else if (cf_arg_is(a, "--repeat", "-r") && more) { if (!parse_int("--repeat", argv[++i], 1, 100000, &repeat)) return 2; }
-    else if (cf_arg_is(a, "--steps", NULL) && more) { if (!parse_int("--steps", argv[++i], 10, 10000, &so.steps)) return 2; }
-    else if (cf_arg_is(a, "--warmup", NULL) && more) { if (!parse_int("--warmup", argv[++i], 1, 10000, &so.warmup)) return 2; }
-    else if (cf_arg_is(a, "--torch-threads", NULL) && more) {
-      if (!parse_int("--torch-threads", argv[++i], 1, 4096, &so.torch_threads)) return 2;
-    } else if (a[0] != '-' && !what &&
-               (!strcmp(a, "kernels") || !strcmp(a, "gemm") || !strcmp(a, "step") || !strcmp(a, "all")))
-      what = a;
-    else if (a[0] != '-' && !what) {
-      fprintf(stderr, "clformer bench: unknown benchmark '%s': kernels, gemm, step or all (see --help)\n", a);
+    if (cf_arg_is(s, "--help", "-h")) { fputs(usage, stdout); return 0; }
+    else if (cf_arg_is(s, "--device", "-d") && more) a->spec = argv[++i];
+    else if (cf_arg_is(s, "--config", "-c") && more) a->config = argv[++i];
+    else if (cf_arg_is(s, "--set", NULL) && more && a->nsets < 255) a->sets[a->nsets++] = argv[++i];
+    else if (cf_arg_is(s, "--json", NULL) && more) a->json_path = argv[++i];
+    else if (cf_arg_is(s, "--only", NULL) && more) a->only = argv[++i];
+    else if (cf_arg_is(s, "--vs-blas", NULL)) a->vs_blas = 1;
+    else if (cf_arg_is(s, "--vs-torch", NULL)) a->so.vs_torch = 1;
+    else if (cf_arg_is(s, "--torch-script", NULL) && more) a->so.torch_script = argv[++i];
+    else if (cf_arg_is(s, "--repeat", "-r") && more) { if (!parse_int("--repeat", argv[++i], 1, 100000, &a->repeat)) return 2; }
+    else if (cf_arg_is(s, "--steps", NULL) && more) { if (!parse_int("--steps", argv[++i], 10, 10000, &a->so.steps)) return 2; }
+    else if (cf_arg_is(s, "--warmup", NULL) && more) { if (!parse_int("--warmup", argv[++i], 1, 10000, &a->so.warmup)) return 2; }
+    else if (cf_arg_is(s, "--torch-threads", NULL) && more) {
+      if (!parse_int("--torch-threads", argv[++i], 1, 4096, &a->so.torch_threads)) return 2;
+    } else if (s[0] != '-' && !a->what &&
+               (!strcmp(s, "kernels") || !strcmp(s, "gemm") || !strcmp(s, "step") || !strcmp(s, "all")))
+      a->what = s;
+    else if (s[0] != '-' && !a->what) {
+      fprintf(stderr, "clformer bench: unknown benchmark '%s': kernels, gemm, step or all (see --help)\n", s);
       return 2;
     } else return cf_cli_unexpected("bench", argc, argv, i, usage);
   }
-  if (!what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
+  if (!a->what) { fprintf(stderr, "clformer bench: say what to time: kernels, gemm, step or all\n\n%s", usage); return 2; }
+  return -1;
+}
 
-  cf_config cfg;
-  int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);
-  if (rc) return rc;
-  FILE *json = NULL;  /* opened first: a bad path fails before anything is measured */
-  if (json_path) {
-    json = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
-    if (!json) {
-      fprintf(stderr, "clformer bench: --json %s: %s\n", json_path, strerror(errno));
-      return 2;
-    }
+/* The --json file, opened before anything is measured so a bad path fails first; NULL (and a
+ * message) when it cannot be opened. */
+static FILE *open_json(const char *path) {
+  FILE *json = strcmp(path, "-") ? fopen(path, "w") : stdout;
+  if (!json) fprintf(stderr, "clformer bench: --json %s: %s\n", path, strerror(errno));
+  return json;
+}
+
+/* Which benchmarks run. */
+typedef struct bench_plan {
+  int kernels, gemm, step;
+} bench_plan;
+
+/* The notes before the tables: the host's core-to-core round trip (measured for gemm on a CPU
+ * device, where our own GEMM runs on the host's cores and how far apart they are explains much of
+ * the drift between runs; else -1), and kernel shapes that are not the device's own. Returns the
+ * round trip. */
+static double print_notes(cf_context *ctx, const bench_plan *p, FILE *tables) {
+  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
+  int probe_cpus[2] = {0, 0};
+  double round_trip = p->gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
+  if (round_trip > 0)
+    fprintf(tables,
+            "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
+            "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
+            probe_cpus[1]);
+  if (cf_context_cpu_shapes(ctx) != device_cpu)
+    fprintf(tables, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
+            "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
+  return round_trip;
+}
+
+/* The benchmarks of the plan, each stopping the rest on failure. gemm first: it times CLBlast with
+ * its default parameters before any GEMM of the process reads the tuning file (the attention in
+ * `kernels` runs GEMMs). */
+static cf_status run_plan(cf_context *ctx, const bench_plan *p, const cf_config *cfg, const bench_args *a,
+                          FILE *tables, json_t *report) {
+  if (p->gemm) CF_TRY(cf_bench_gemm(ctx, cfg, a->vs_blas, a->repeat, tables, report));
+  if (p->kernels) {
+    if (p->gemm) fputc('\n', tables);
+    CF_TRY(cf_bench_kernels(ctx, a->repeat, a->only, tables, report));
   }
-  cf_context_options o = {.device_spec = cf_device_spec_resolve(spec, cfg.device), .profiling = 1};
+  if (p->step) {
+    if (p->kernels || p->gemm) fputc('\n', tables);
+    CF_TRY(cf_bench_step(ctx, cfg, &a->so, tables, report));
+  }
+  return CF_OK;
+}
+
+/* Writes what was measured, also after a failure (st), and closes the file; the status to exit with. */
+static cf_status write_report(json_t *report, FILE *json, const char *json_path, cf_status st) {
+  cf_status ws = report ? cf_json_write(report, json, json == stdout ? "the JSON report" : json_path) : CF_OK;
+  if (json != stdout && fclose(json) && ws == CF_OK) ws = CF_FAIL(CF_ERR_IO, "cannot write %s", json_path);
+  json_decref(report);
+  return st == CF_OK ? ws : st;
+}
+
+int cmd_bench(int argc, char **argv) {
+  double t_start = cf_now();
+  bench_args a;
+  memset(&a, 0, sizeof a);
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  cf_config cfg;
+  rc = cf_cli_load_model_config(&cfg, a.config, a.sets, a.nsets);
+  if (rc) return rc;
+  FILE *json = a.json_path ? open_json(a.json_path) : NULL;
+  if (a.json_path && !json) return 2;
+  cf_context_options o = {.device_spec = cf_device_spec_resolve(a.spec, cfg.device), .profiling = 1};
   cf_context *ctx;
   cf_status st = cf_context_create(&o, &ctx);
   if (st != CF_OK) {
     if (json && json != stdout) fclose(json);
     return cf_exit_code(st);
   }
-  so.t_context = cf_now();
-
-  int all = !strcmp(what, "all");
-  int kernels = all || !strcmp(what, "kernels"), gemm = all || !strcmp(what, "gemm"), step = all || !strcmp(what, "step");
-  int device_cpu = (cf_context_device(ctx)->type & CL_DEVICE_TYPE_CPU) != 0;
-  /* where our own GEMM runs on the host's cores, how far apart they are explains much of the drift between runs */
-  int probe_cpus[2] = {0, 0};
-  double round_trip = gemm && device_cpu ? cf_host_core_round_trip_ns(probe_cpus) : -1;
+  a.so.t_context = cf_now();
+  int all = !strcmp(a.what, "all");
+  bench_plan p = {all || !strcmp(a.what, "kernels"), all || !strcmp(a.what, "gemm"), all || !strcmp(a.what, "step")};
   FILE *tables = json == stdout ? stderr : stdout;  /* keep a JSON stream on stdout clean */
-  if (round_trip > 0)
-    fprintf(tables,
-            "host: core-to-core round trip %.0f ns between CPUs %d and %d (what data written on one costs to read on "
-            "the other; in a VM it changes with where the vCPUs are placed)\n", round_trip, probe_cpus[0],
-            probe_cpus[1]);
+  double round_trip = print_notes(ctx, &p, tables);
   json_t *report = json ? report_head(ctx, round_trip) : NULL;
   if (json && !report) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
-  if (cf_context_cpu_shapes(ctx) != device_cpu)
-    fprintf(tables, "note: the kernels run their %s shapes (CLFORMER_KERNEL_SHAPES), not "
-            "this device's own: figures are not the device's best\n", device_cpu ? "GPU" : "CPU");
-  if (step && !kernels && !gemm) so.t_start = t_start;  /* start-up is measured only when the step runs first */
-  /* gemm first: it times CLBlast with its default parameters before any GEMM of the process reads
-   * the tuning file (the attention in `kernels` runs GEMMs) */
-  if (st == CF_OK && gemm) st = cf_bench_gemm(ctx, &cfg, vs_blas, repeat, tables, report);
-  if (st == CF_OK && kernels) {
-    if (gemm) fputc('\n', tables);
-    st = cf_bench_kernels(ctx, repeat, only, tables, report);
-  }
-  if (st == CF_OK && step) {
-    if (kernels || gemm) fputc('\n', tables);
-    st = cf_bench_step(ctx, &cfg, &so, tables, report);
-  }
-  if (json) {  /* what was measured, also after a failure */
-    cf_status ws = report ? cf_json_write(report, json, json == stdout ? "the JSON report" : json_path) : CF_OK;
-    if (json != stdout && fclose(json) && ws == CF_OK) ws = CF_FAIL(CF_ERR_IO, "cannot write %s", json_path);
-    if (st == CF_OK) st = ws;
-    json_decref(report);
-  }
+  if (p.step && !p.kernels && !p.gemm) a.so.t_start = t_start;  /* start-up is measured only when the step runs first */
+  if (st == CF_OK) st = run_plan(ctx, &p, &cfg, &a, tables, report);
+  if (json) st = write_report(report, json, a.json_path, st);
   cf_context_free(ctx);
   return cf_exit_code(st);
 }

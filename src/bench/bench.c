@@ -37,6 +37,7 @@
 #include "clformer/gemm.h"
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
+#include "bench/bench_internal.h"
 
 #include "ops/ops_internal.h"  /* the dropout and softmax launches, timed on their own */
 
@@ -65,27 +66,28 @@ typedef struct bench {
 /* One timed op: runs the op once (it may enqueue several kernels). */
 typedef cf_status (*bench_fn)(bench *s);
 
+typedef struct timed_op {
+  bench *s;
+  bench_fn fn;
+} timed_op;
+
+static cf_status call_op(void *arg) {
+  timed_op *op = arg;
+  return op->fn(op->s);
+}
+
 /* Median seconds per call of fn, after warm-up. */
 static cf_status time_op(bench *s, bench_fn fn, double *sec) {
-  CF_TRY(fn(s));  /* builds the program */
-  CF_TRY(cf_context_finish(s->ctx));
-  double t0 = cf_now();
-  for (int i = 0; i < 2; i++) CF_TRY(fn(s));
-  CF_TRY(cf_context_finish(s->ctx));
-  double one = (cf_now() - t0) / 2;
-  int batch = one > 2e-3 ? 1 : (int)ceil(2e-3 / (one > 1e-6 ? one : 1e-6));
-  if (batch > 100) batch = 100;
+  timed_op op = {s, fn};
+  double one;
+  CF_TRY(cf_bench_time_calls(s->ctx, call_op, &op, 1, &one));  /* builds the program */
+  CF_TRY(cf_bench_time_calls(s->ctx, call_op, &op, 2, &one));
+  int batch = cf_bench_calls_per_sample(one, 1e-6, 100);
   double *v = malloc(sizeof(double) * (size_t)s->repeat);
   if (!v) return CF_FAIL(CF_ERR_NO_MEMORY, "out of host memory");
   for (int r = 0; r < s->repeat; r++) {
-    t0 = cf_now();
-    for (int i = 0; i < batch; i++) {
-      cf_status st = fn(s);
-      if (st != CF_OK) { free(v); return st; }
-    }
-    cf_status st = cf_context_finish(s->ctx);
+    cf_status st = cf_bench_time_calls(s->ctx, call_op, &op, batch, &v[r]);
     if (st != CF_OK) { free(v); return st; }
-    v[r] = (cf_now() - t0) / batch;
   }
   *sec = cf_median(v, s->repeat);
   free(v);
@@ -184,7 +186,7 @@ static cf_status op_global_norm(bench *s) {
   return cf_global_norm(s->ctx, cf_at(s->dw, 0), cf_at(s->a, 0), s->n, cf_at(s->c, 0));
 }
 
-/* The softmax kernels of cl/attention.cl, through src/attention.c's launchers. */
+/* The softmax kernels of cl/attention.cl, through ops/attention.c's launchers. */
 static cf_status softmax_launch(bench *s, int backward, float p) {
   cf_dropout d = {p, 1234u, 7u, 3u};
   if (backward)
@@ -299,7 +301,7 @@ static cf_status run_case(bench *s, const kernel_case *k) {
                             cf_json_num(k->attention ? NAN : gbs, "%.3f"), "pct_copy",
                             cf_json_num(k->attention ? NAN : pct, "%.1f"), "gflops",
                             cf_json_num(k->attention ? gfl : NAN, "%.3f"));
-    if (json_array_append_new(s->rows, row)) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
+    return cf_bench_json_append(s->rows, row);
   }
   return CF_OK;
 }

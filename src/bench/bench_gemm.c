@@ -31,7 +31,7 @@
  * process cannot put CLBlast back to its defaults once tuned parameters are in, so the two cannot
  * take turns, and the "default clblast" column comes from a few seconds earlier than the others.
  *
- * JSON: the value of the caller's "gemm" key, documented at the top of src/cmd_bench.c. */
+ * JSON: the value of the caller's "gemm" key, documented at the top of app/cmd_bench.c. */
 #include <dlfcn.h>
 #include <jansson.h>
 #include <math.h>
@@ -43,6 +43,7 @@
 #include "clformer/gemm.h"
 #include "clformer/bench.h"
 #include "runtime/runtime.h"
+#include "bench/bench_internal.h"
 
 #define BENCH_GEMM_REPEAT 11  /* samples per shape and implementation unless the caller asks for more */
 #define BENCH_LEAD_S 0.005    /* untimed calls before each sample, for at least this long (see sample) */
@@ -144,16 +145,28 @@ static cf_status operands_make(cf_context *ctx, const gemm_shape *s, operands *o
   return CF_OK;
 }
 
-static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl) {
-  if (impl == IMPL_BLAS) {
+/* One implementation's call on one shape's operands. */
+typedef struct gemm_call {
+  cf_context *ctx;
+  int impl;
+  const gemm_shape *s;
+  operands *o;
+  const blas *bl;
+} gemm_call;
+
+static cf_status run_once(void *arg) {
+  const gemm_call *c = arg;
+  const gemm_shape *s = c->s;
+  operands *o = c->o;
+  if (c->impl == IMPL_BLAS) {
     for (size_t i = 0; i < s->batch; i++)
-      bl->sgemm(101 /* CblasRowMajor */, s->ta ? 112 : 111, s->tb ? 112 : 111, (int)s->M, (int)s->N, (int)s->K, 1.0f,
-                o->hA + i * o->na, (int)o->lda, o->hB + i * o->nb, (int)o->ldb, s->beta, o->hC + i * o->nc,
-                (int)o->ldc);
+      c->bl->sgemm(101 /* CblasRowMajor */, s->ta ? 112 : 111, s->tb ? 112 : 111, (int)s->M, (int)s->N, (int)s->K,
+                   1.0f, o->hA + i * o->na, (int)o->lda, o->hB + i * o->nb, (int)o->ldb, s->beta, o->hC + i * o->nc,
+                   (int)o->ldc);
     return CF_OK;
   }
-  cf_gemm_impl use = impl == IMPL_OWN ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
-  return cf_gemm_batched_with(ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
+  cf_gemm_impl use = c->impl == IMPL_OWN ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
+  return cf_gemm_batched_with(c->ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
                               cf_at(o->B, 0), o->ldb, o->nb, s->beta, cf_at(o->C, 0), o->ldc, o->nc, s->batch);
 }
 
@@ -165,53 +178,61 @@ static cf_status run_once(cf_context *ctx, int impl, const gemm_shape *s, operan
  * process). The lead-in absorbs these the same way for every implementation. (With --vs-blas,
  * whichever implementation followed OpenBLAS in the rotation, ours two times in three, ran in its
  * spin: a one-call lead-in raised our median 3-4% there, OpenBLAS's 0-6%.) */
-static cf_status sample(cf_context *ctx, int impl, const gemm_shape *s, operands *o, const blas *bl, int calls,
-                        double *sec) {
+static cf_status sample(gemm_call *c, int calls, double *sec) {
   double lead0 = cf_now();
   do {
-    CF_TRY(run_once(ctx, impl, s, o, bl));
-    CF_TRY(cf_context_finish(ctx));
+    CF_TRY(run_once(c));
+    CF_TRY(cf_context_finish(c->ctx));
   } while (cf_now() - lead0 < BENCH_LEAD_S);
-  double t0 = cf_now();
-  for (int i = 0; i < calls; i++) CF_TRY(run_once(ctx, impl, s, o, bl));
-  CF_TRY(cf_context_finish(ctx));
-  *sec = (cf_now() - t0) / calls;
+  return cf_bench_time_calls(c->ctx, run_once, c, calls, sec);
+}
+
+/* The calls in one sample: a warm-up of each implementation (builds kernels, touches memory), then
+ * as many calls as make ~2 ms of the slowest. */
+static cf_status calls_per_sample(gemm_call *c, const int *impls, int n, int *calls) {
+  double slow = 0;
+  for (int j = 0; j < n; j++) {
+    double t = 0;
+    c->impl = impls[j];
+    CF_TRY(sample(c, 1, &t));
+    CF_TRY(sample(c, 2, &t));
+    if (t > slow) slow = t;
+  }
+  *calls = cf_bench_calls_per_sample(slow, 1e-7, 200);
+  return CF_OK;
+}
+
+/* `repeat` samples of each of impls[0..n-1] on c's shape, taking turns (the order rotating), in
+ * GFLOP/s: v[j * repeat + r] is impls[j]'s sample r. */
+static cf_status interleaved_samples(gemm_call *c, const int *impls, int n, int repeat, int calls, double *v) {
+  const gemm_shape *s = c->s;
+  double flops = 2.0 * s->M * s->N * s->K * s->batch;
+  for (int r = 0; r < repeat; r++)
+    for (int i = 0; i < n; i++) {
+      int j = (i + r) % n;
+      double t = 0;
+      c->impl = impls[j];
+      CF_TRY(sample(c, calls, &t));
+      v[j * repeat + r] = flops / t * 1e-9;
+    }
   return CF_OK;
 }
 
 /* Times the implementations impls[0..n-1] on one shape: a warm-up (builds kernels, touches memory),
  * then `repeat` samples of each, taking turns, each a run of calls sized to ~2 ms of the slowest.
- * stats[j] = GFLOP/s {median, min, max} of impls[j]. */
+ * stats[j] = GFLOP/s of impls[j]. */
 static cf_status time_shape(cf_context *ctx, const gemm_shape *s, const blas *bl, const int *impls, int n, int repeat,
-                            double stats[][3]) {
+                            cf_bench_stats *stats) {
   operands o;
   CF_TRY(operands_make(ctx, s, &o));
-  double flops = 2.0 * s->M * s->N * s->K * s->batch, slow = 0;
-  cf_status st = CF_OK;
-  for (int j = 0; j < n && st == CF_OK; j++) {
-    double t = 0;
-    st = sample(ctx, impls[j], s, &o, bl, 1, &t);
-    if (st == CF_OK) st = sample(ctx, impls[j], s, &o, bl, 2, &t);
-    if (t > slow) slow = t;
-  }
-  int calls = slow >= 2e-3 ? 1 : (int)ceil(2e-3 / (slow > 1e-7 ? slow : 1e-7));
-  if (calls > 200) calls = 200;
-  double *v = st == CF_OK ? malloc(sizeof(double) * (size_t)n * (size_t)repeat) : NULL;  /* v[j * repeat + r] */
+  gemm_call c = {ctx, impls[0], s, &o, bl};
+  int calls = 0;
+  cf_status st = calls_per_sample(&c, impls, n, &calls);
+  double *v = st == CF_OK ? malloc(sizeof(double) * (size_t)n * (size_t)repeat) : NULL;
   if (st == CF_OK && !v) st = CF_FAIL(CF_ERR_NO_MEMORY, "bench gemm: %d samples", repeat);
-  for (int r = 0; r < repeat && st == CF_OK; r++)
-    for (int i = 0; i < n && st == CF_OK; i++) {
-      int j = (i + r) % n;
-      double t = 0;
-      st = sample(ctx, impls[j], s, &o, bl, calls, &t);
-      v[j * repeat + r] = flops / t * 1e-9;
-    }
+  if (st == CF_OK) st = interleaved_samples(&c, impls, n, repeat, calls, v);
   operands_free(&o);
-  for (int j = 0; j < n && st == CF_OK; j++) {
-    double *vj = v + j * repeat;
-    stats[j][0] = cf_median(vj, repeat);  /* sorts vj */
-    stats[j][1] = vj[0];
-    stats[j][2] = vj[repeat - 1];
-  }
+  for (int j = 0; j < n && st == CF_OK; j++) stats[j] = cf_bench_stats_of(v + j * repeat, repeat);
   free(v);
   return st;
 }
@@ -250,18 +271,33 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
   return st;
 }
 
-/* {"median", "min", "max"} GFLOP/s, or null for an implementation not timed */
-static json_t *stats_json(const double *v, int ok) {
-  if (!ok) return json_null();
-  return json_pack("{s:o, s:o, s:o}", "median", cf_json_num(v[0], "%.3f"), "min", cf_json_num(v[1], "%.3f"), "max",
-                   cf_json_num(v[2], "%.3f"));
-}
+/* One run of `bench gemm`: what it found, then what the shapes measured, for the summary. */
+typedef struct gemm_bench {
+  cf_context *ctx;
+  FILE *out;
+  int repeat, nsh, nimpl;
+  int have_blas, dflt, tuned;  /* OpenBLAS loaded; CLBlast's defaults timed first; tuned parameters in force */
+  gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
+  blas bl;
+  double peak;                                   /* the FMA peak, GFLOP/s */
+  cf_bench_stats dstats[BENCH_GEMM_MAX_SHAPES];  /* CLBlast with its defaults, when a tuning file was held */
+  json_t *g;  /* the report's "gemm" (borrowed from it), filled as the shapes are timed; NULL: no report */
+  /* per shape: each implementation's median GFLOP/s, own/clblast, own/openblas, CLBlast's default median and
+   * tuned/default, and the most own/clblast could be (a kernel at the FMA peak against this run's clblast) */
+  double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
+  double med_dflt[BENCH_GEMM_MAX_SHAPES], ratio_tuning[BENCH_GEMM_MAX_SHAPES], ceiling_clb[BENCH_GEMM_MAX_SHAPES];
+  double step_ms[NIMPL], step_gflop, dflt_ms;  /* one training step's products: each shape times its calls */
+} gemm_bench;
 
-/* "2.10x faster" for a time ratio (theirs / ours) of 2.1, "4.50x slower" for 0.222. */
-static const char *speed_words(double ratio, char *buf, size_t n) {
-  if (ratio >= 1.0) snprintf(buf, n, "%.2fx faster", ratio);
-  else snprintf(buf, n, "%.2fx slower", 1.0 / ratio);
-  return buf;
+/* Medians over the shapes, NaN for what was not timed (cf_median sorts: they come after every
+ * per-shape use). */
+typedef struct gemm_medians {
+  double impl[NIMPL], own_vs_clb, own_vs_blas, ceiling, dflt, tuned_vs_dflt;
+} gemm_medians;
+
+/* {"median", "min", "max"} GFLOP/s, or null for an implementation not timed */
+static json_t *stats_json(const cf_bench_stats *v, int ok) {
+  return ok ? cf_bench_stats_json(*v, 1.0, "%.3f") : json_null();
 }
 
 /* {"k0": v0, "k1": v1, ...} at 4 decimals, null where NaN (an implementation not timed) */
@@ -276,51 +312,199 @@ static json_t *nums_json(const char *const *keys, const double *v, size_t n) {
 }
 
 /* The report's "gemm" object up to its (still empty) shapes; what it says of OpenBLAS and tuning. */
-static json_t *gemm_json(const cf_device_info *d, double peak, const blas *bl, int have_blas, int tuned,
-                         const char *tuning, const char *tpath, int repeat) {
-  json_t *ob = have_blas ? json_pack("{s:s, s:i}", "core", bl->core, "threads", bl->threads) : json_null();
-  json_t *tu = tuned ? json_pack("{s:o, s:o}", "applied", cf_json_str(tuning), "file", cf_json_str(tpath)) : json_null();
-  return json_pack("{s:o, s:o, s:o, s:o, s:i, s:[]}", "device", cf_json_str(d->name), "peak_gflops",
-                   cf_json_num(peak, "%.4f"), "openblas", ob, "clblast_tuning", tu, "repeat", repeat, "shapes");
+static json_t *gemm_json(const gemm_bench *b, const char *tuning, const char *tpath) {
+  json_t *ob = b->have_blas ? json_pack("{s:s, s:i}", "core", b->bl.core, "threads", b->bl.threads) : json_null();
+  json_t *tu = b->tuned ? json_pack("{s:o, s:o}", "applied", cf_json_str(tuning), "file", cf_json_str(tpath))
+                        : json_null();
+  return json_pack("{s:o, s:o, s:o, s:o, s:i, s:[]}", "device", cf_json_str(cf_context_device(b->ctx)->name),
+                   "peak_gflops", cf_json_num(b->peak, "%.4f"), "openblas", ob, "clblast_tuning", tu, "repeat",
+                   b->repeat, "shapes");
 }
 
-/* One row of "shapes": the shape, each implementation's GFLOP/s, and the ratios. */
-static json_t *shape_json(const gemm_shape *s, double flops, double stats[NIMPL][3], int nimpl, const double *dstats,
-                          int dflt, double own_vs_clblast, double own_vs_openblas, double peak_vs_clblast) {
+/* One row of "shapes": the shape si, each implementation's GFLOP/s, and the ratios. */
+static json_t *shape_json(const gemm_bench *b, int si, double flops, const cf_bench_stats *stats) {
+  const gemm_shape *s = &b->sh[si];
   char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
   return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "name", s->name, "op",
                    op, "M", (json_int_t)s->M, "N", (json_int_t)s->N, "K", (json_int_t)s->K, "batch",
                    (json_int_t)s->batch, "flops", (json_int_t)llround(flops), "per_step", s->per_step, impl_names[0],
-                   stats_json(stats[0], nimpl > 0), impl_names[1], stats_json(stats[1], nimpl > 1), impl_names[2],
-                   stats_json(stats[2], nimpl > 2), "clblast_default", stats_json(dstats, dflt), "own_vs_clblast",
-                   cf_json_num(own_vs_clblast, "%.4f"), "own_vs_openblas", cf_json_num(own_vs_openblas, "%.4f"),
-                   "peak_vs_clblast", cf_json_num(peak_vs_clblast, "%.4f"));
+                   stats_json(&stats[0], b->nimpl > 0), impl_names[1], stats_json(&stats[1], b->nimpl > 1),
+                   impl_names[2], stats_json(&stats[2], b->nimpl > 2), "clblast_default",
+                   stats_json(&b->dstats[si], b->dflt), "own_vs_clblast", cf_json_num(b->ratio_clb[si], "%.4f"),
+                   "own_vs_openblas", cf_json_num(b->ratio_blas[si], "%.4f"), "peak_vs_clblast",
+                   cf_json_num(b->ceiling_clb[si], "%.4f"));
+}
+
+/* The report's "median" and "per_step" (absent implementations' entries are NaN here, null in the JSON). */
+static cf_status summary_json(const gemm_bench *b, const gemm_medians *m) {
+  const double *ms = b->step_ms;
+  const char *mk[] = {impl_names[0], impl_names[1], impl_names[2], "clblast_default", "own_vs_clblast",
+                      "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"};
+  double mv[] = {m->impl[0], m->impl[1], m->impl[2], m->dflt, m->own_vs_clb, m->own_vs_blas, m->ceiling,
+                 m->tuned_vs_dflt};
+  const char *sk[] = {"gflop", "clblast_ms", "own_ms", "openblas_ms", "clblast_default_ms", "own_vs_clblast",
+                      "own_vs_openblas"};
+  double sv[] = {b->step_gflop, ms[IMPL_CLBLAST], ms[IMPL_OWN], b->have_blas ? ms[IMPL_BLAS] : NAN,
+                 b->dflt ? b->dflt_ms : NAN, ms[IMPL_CLBLAST] / ms[IMPL_OWN],
+                 b->have_blas ? ms[IMPL_BLAS] / ms[IMPL_OWN] : NAN};
+  CF_TRY(cf_json_set(b->g, "median", nums_json(mk, mv, sizeof mv / sizeof *mv)));
+  return cf_json_set(b->g, "per_step", nums_json(sk, sv, sizeof sv / sizeof *sv));
+}
+
+/* ---------- the report ---------- */
+
+/* The header's first lines: the device and its FMA peak, OpenBLAS. */
+static void print_setup(const gemm_bench *b, int vs_blas) {
+  const cf_device_info *d = cf_context_device(b->ctx);
+  fprintf(b->out, "device: %s (%s)\nfp32 FMA peak (a kernel of register-only FMAs on float16 vectors, 16 x fp32): "
+          "%.1f GFLOP/s\n", d->name, d->platform_name, b->peak);
+  if (vs_blas && !b->have_blas) fprintf(b->out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
+  if (b->have_blas) fprintf(b->out, "OpenBLAS: core %s, %d threads (on the host)\n", b->bl.core, b->bl.threads);
+}
+
+/* What CLBlast runs with: the tuned parameters and their file, or why there are none. tpath gets
+ * the tuning file's path, "(caching off)" when there is none. */
+static void print_tuning(const gemm_bench *b, const char *tuning, char *tpath, size_t n) {
+  FILE *out = b->out;
+  if (!cf_gemm_tune_path(b->ctx, tpath, n)) snprintf(tpath, n, "(caching off)");
+  if (b->tuned) {
+    fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
+    return;
+  }
+  const char *off = getenv("CLFORMER_TUNE");
+  if (off && (!strcmp(off, "off") || !strcmp(off, "0")))
+    fprintf(out, "CLBlast: untuned defaults (CLFORMER_TUNE=%s: the tuning file is ignored)\n", off);
+  else if (!cf_gemm_tune_path(b->ctx, tpath, n))
+    fprintf(out, "CLBlast: untuned defaults (caching is off, so there is no tuning file)\n");
+  else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
+}
+
+/* The timing method, then the table's column heads. */
+static void print_table_head(const gemm_bench *b) {
+  FILE *out = b->out;
+  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after at least %.0f ms of untimed calls; "
+          "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, b->repeat);
+  fprintf(out, "%-14s %-2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
+  if (b->dflt) fprintf(out, "  %-22s", "default clblast GFLOP/s");
+  fprintf(out, "  %-22s %-22s %7s", b->tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
+  if (b->have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
+  fprintf(out, "\n");
+}
+
+/* "median [min-max]" GFLOP/s, one decimal */
+static const char *stats_cell(const cf_bench_stats *v, char *buf, size_t n) {
+  snprintf(buf, n, "%.1f [%.1f-%.1f]", v->median, v->min, v->max);
+  return buf;
+}
+
+/* Shape si's row of the table. */
+static void print_shape(const gemm_bench *b, int si, const cf_bench_stats *stats) {
+  const gemm_shape *s = &b->sh[si];
+  FILE *out = b->out;
+  char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0}, cell[64];
+  fprintf(out, "%-14s %-2s %5zu %5zu %5zu %4zu", s->name, op, s->M, s->N, s->K, s->batch);
+  if (b->dflt) fprintf(out, "  %-22s", stats_cell(&b->dstats[si], cell, sizeof cell));
+  for (int impl = 0; impl < b->nimpl; impl++) {
+    fprintf(out, "  %-22s", stats_cell(&stats[impl], cell, sizeof cell));
+    if (impl == IMPL_OWN) fprintf(out, " %6.2fx", b->ratio_clb[si]);
+  }
+  if (b->have_blas) fprintf(out, " %6.2fx", b->ratio_blas[si]);
+  fprintf(out, "\n");
+  fflush(out);
+}
+
+/* The lines under the table: medians over the shapes, the ceiling, one step's products, what
+ * tuning gave. */
+static void print_summary(const gemm_bench *b, const gemm_medians *m) {
+  FILE *out = b->out;
+  const char *clb = b->tuned ? "tuned clblast" : "untuned clblast";
+  const double *ms = b->step_ms;
+  char words[48];
+  fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak; %.2fx); median of the shapes' "
+          "own/%s: %.2fx", b->nsh, clb, m->impl[IMPL_CLBLAST], m->impl[IMPL_OWN], 100 * m->impl[IMPL_OWN] / b->peak,
+          m->impl[IMPL_OWN] / m->impl[IMPL_CLBLAST], clb, m->own_vs_clb);
+  if (b->have_blas)
+    fprintf(out, "; openblas %.1f GFLOP/s, median of own/openblas: %.2fx", m->impl[IMPL_BLAS], m->own_vs_blas);
+  fprintf(out, "\nupper bound: with every shape at the FMA peak, the median of own/%s would be %.2fx", clb,
+          m->ceiling);
+  fprintf(out, "\none training step's products (%.3g GFLOP: each shape's median time times its calls per step): "
+          "%s %.3g ms, own %.3g ms (own %s)", b->step_gflop, clb, ms[IMPL_CLBLAST], ms[IMPL_OWN],
+          cf_bench_speed_words(ms[IMPL_CLBLAST] / ms[IMPL_OWN], words, sizeof words));
+  if (b->have_blas)
+    fprintf(out, "; openblas %.3g ms (own %s)", ms[IMPL_BLAS],
+            cf_bench_speed_words(ms[IMPL_BLAS] / ms[IMPL_OWN], words, sizeof words));
+  if (b->dflt)
+    fprintf(out, "\nwhat tuning gave CLBlast: default clblast %.1f GFLOP/s median over the shapes, median of the "
+            "shapes' tuned/default %.2fx; one step's products %.1f ms with its defaults", m->dflt, m->tuned_vs_dflt,
+            b->dflt_ms);
+  fprintf(out, "\n");
+}
+
+/* ---------- the shapes ---------- */
+
+/* Adds shape si's medians to the run: the ratios, the ceiling, one step's products. */
+static void add_shape(gemm_bench *b, int si, double flops, const cf_bench_stats *stats) {
+  const gemm_shape *s = &b->sh[si];
+  for (int impl = 0; impl < b->nimpl; impl++) b->med[impl][si] = stats[impl].median;
+  if (b->dflt) {
+    b->med_dflt[si] = b->dstats[si].median;
+    b->ratio_tuning[si] = b->med[IMPL_CLBLAST][si] / b->med_dflt[si];
+    b->dflt_ms += s->per_step * flops / b->med_dflt[si] * 1e-6;
+  }
+  b->ratio_clb[si] = b->med[IMPL_OWN][si] / b->med[IMPL_CLBLAST][si];
+  b->ceiling_clb[si] = b->peak / b->med[IMPL_CLBLAST][si];
+  b->step_gflop += s->per_step * flops * 1e-9;
+  for (int impl = 0; impl < b->nimpl; impl++) b->step_ms[impl] += s->per_step * flops / b->med[impl][si] * 1e-6;
+  b->ratio_blas[si] = b->have_blas ? b->med[IMPL_OWN][si] / b->med[IMPL_BLAS][si] : NAN;
+}
+
+/* Times shape si with every implementation, then adds it to the run, the table and the JSON. */
+static cf_status bench_shape(gemm_bench *b, int si) {
+  const gemm_shape *s = &b->sh[si];
+  double flops = 2.0 * s->M * s->N * s->K * s->batch;
+  int impls[NIMPL] = {IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS};
+  cf_bench_stats stats[NIMPL];
+  CF_TRY(time_shape(b->ctx, s, &b->bl, impls, b->nimpl, b->repeat, stats));
+  add_shape(b, si, flops, stats);
+  print_shape(b, si, stats);
+  if (!b->g) return CF_OK;
+  return cf_bench_json_append(json_object_get(b->g, "shapes"), shape_json(b, si, flops, stats));
+}
+
+/* After the shapes: the medians over them, printed and into the JSON. */
+static cf_status summarize(gemm_bench *b) {
+  gemm_medians m;
+  int n = b->nsh;
+  for (int impl = 0; impl < NIMPL; impl++) m.impl[impl] = impl < b->nimpl ? cf_median(b->med[impl], n) : NAN;
+  m.own_vs_clb = cf_median(b->ratio_clb, n);
+  m.own_vs_blas = b->have_blas ? cf_median(b->ratio_blas, n) : NAN;
+  m.ceiling = cf_median(b->ceiling_clb, n);
+  m.dflt = b->dflt ? cf_median(b->med_dflt, n) : NAN;
+  m.tuned_vs_dflt = b->dflt ? cf_median(b->ratio_tuning, n) : NAN;
+  print_summary(b, &m);
+  return b->g ? summary_json(b, &m) : CF_OK;
 }
 
 cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *out, json_t *report) {
-  if (repeat <= 0) repeat = BENCH_GEMM_REPEAT;
-  const cf_device_info *d = cf_context_device(ctx);
-  gemm_shape sh[BENCH_GEMM_MAX_SHAPES];
-  int nsh = cf_model_gemm_shapes(cfg, sh);
-  blas bl = {0};
-  int have_blas = vs_blas && blas_open(&bl);
-  double peak = 0;
-  CF_TRY(fma_peak(ctx, &peak));
+  gemm_bench b;
+  memset(&b, 0, sizeof b);
+  b.ctx = ctx;
+  b.out = out;
+  b.repeat = repeat > 0 ? repeat : BENCH_GEMM_REPEAT;
+  b.nsh = cf_model_gemm_shapes(cfg, b.sh);
+  b.have_blas = vs_blas && blas_open(&b.bl);
+  b.nimpl = b.have_blas ? 3 : 2;
+  CF_TRY(fma_peak(ctx, &b.peak));
   /* CLBlast's defaults are timed first, while the tuning file is held back: once its parameters are
    * applied CLBlast cannot be put back to its defaults in this process */
   int dflt = cf_gemm_tune_hold(ctx);
-  fprintf(out, "device: %s (%s)\nfp32 FMA peak (a kernel of register-only FMAs on float16 vectors, 16 x fp32): "
-          "%.1f GFLOP/s\n", d->name,
-          d->platform_name, peak);
-  if (vs_blas && !have_blas) fprintf(out, "OpenBLAS not found (dlopen libopenblas.so.0 with cblas_sgemm)\n");
-  if (have_blas) fprintf(out, "OpenBLAS: core %s, %d threads (on the host)\n", bl.core, bl.threads);
-  double dstats[BENCH_GEMM_MAX_SHAPES][3];  /* CLBlast with its defaults, when a tuning file was held */
+  print_setup(&b, vs_blas);
   if (dflt) {
     fprintf(out, "CLBlast with its default parameters first (the tuned ones are applied after): ");
     fflush(out);
     int clb = IMPL_CLBLAST;
-    for (int si = 0; si < nsh; si++) {
-      cf_status st = time_shape(ctx, &sh[si], &bl, &clb, 1, repeat, &dstats[si]);
+    for (int si = 0; si < b.nsh; si++) {
+      cf_status st = time_shape(ctx, &b.sh[si], &b.bl, &clb, 1, b.repeat, &b.dstats[si]);
       if (st != CF_OK) {
         fprintf(out, "\n");
         cf_gemm_tune_reload(ctx);
@@ -336,112 +520,17 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   char tuning[512], tpath[4200] = "";
   int tuned = cf_gemm_tune_summary(ctx, tuning, sizeof tuning);
   if (!tuned) dflt = 0;  /* a file CLBlast took nothing from: both columns would be its defaults */
-  if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath)) snprintf(tpath, sizeof tpath, "(caching off)");
-  if (tuned) fprintf(out, "CLBlast: tuned, from %s: %s\n", tpath, tuning);
-  else {
-    const char *off = getenv("CLFORMER_TUNE");
-    if (off && (!strcmp(off, "off") || !strcmp(off, "0")))
-      fprintf(out, "CLBlast: untuned defaults (CLFORMER_TUNE=%s: the tuning file is ignored)\n", off);
-    else if (!cf_gemm_tune_path(ctx, tpath, sizeof tpath))
-      fprintf(out, "CLBlast: untuned defaults (caching is off, so there is no tuning file)\n");
-    else fprintf(out, "CLBlast: untuned defaults (no tuned parameters in %s; run clformer tune)\n", tpath);
-  }
-  fprintf(out, "timing: wall-clock around runs of calls between clFinish, each after at least %.0f ms of untimed calls; "
-          "GFLOP/s median [min-max] of %d samples\n\n", BENCH_LEAD_S * 1e3, repeat);
-  fprintf(out, "%-14s %-2s %5s %5s %5s %4s", "shape", "op", "M", "N", "K", "bat");
-  if (dflt) fprintf(out, "  %-22s", "default clblast GFLOP/s");
-  fprintf(out, "  %-22s %-22s %7s", tuned ? "tuned clblast GFLOP/s" : "clblast GFLOP/s", "own GFLOP/s", "own/clb");
-  if (have_blas) fprintf(out, "  %-22s %7s", "openblas GFLOP/s", "own/obl");
-  fprintf(out, "\n");
-  json_t *g = NULL;  /* the report's "gemm" (borrowed from it), filled as the shapes are timed */
+  b.dflt = dflt;
+  b.tuned = tuned;
+  print_tuning(&b, tuning, tpath, sizeof tpath);
+  print_table_head(&b);
   if (report) {
-    CF_TRY(cf_json_set(report, "gemm", gemm_json(d, peak, &bl, have_blas, tuned, tuning, tpath, repeat)));
-    g = json_object_get(report, "gemm");
+    CF_TRY(cf_json_set(report, "gemm", gemm_json(&b, tuning, tpath)));
+    b.g = json_object_get(report, "gemm");
   }
-
-  double med[NIMPL][BENCH_GEMM_MAX_SHAPES], ratio_clb[BENCH_GEMM_MAX_SHAPES], ratio_blas[BENCH_GEMM_MAX_SHAPES];
-  double med_dflt[BENCH_GEMM_MAX_SHAPES], ratio_tuning[BENCH_GEMM_MAX_SHAPES], dflt_ms = 0;
-  /* the most own/clblast could be at a shape: a kernel at the FMA peak against this run's clblast */
-  double ceiling_clb[BENCH_GEMM_MAX_SHAPES];
-  double step_ms[NIMPL] = {0}, step_gflop = 0;  /* one training step's products: each shape times its calls */
   cf_status st = CF_OK;
-  for (int si = 0; si < nsh && st == CF_OK; si++) {
-    const gemm_shape *s = &sh[si];
-    double flops = 2.0 * s->M * s->N * s->K * s->batch, stats[NIMPL][3];
-    int nimpl = have_blas ? 3 : 2, impls[NIMPL] = {IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS};
-    st = time_shape(ctx, s, &bl, impls, nimpl, repeat, stats);
-    if (st != CF_OK) break;
-    for (int impl = 0; impl < nimpl; impl++) med[impl][si] = stats[impl][0];
-    if (dflt) {
-      med_dflt[si] = dstats[si][0];
-      ratio_tuning[si] = med[IMPL_CLBLAST][si] / med_dflt[si];
-      dflt_ms += s->per_step * flops / med_dflt[si] * 1e-6;
-    }
-    ratio_clb[si] = med[IMPL_OWN][si] / med[IMPL_CLBLAST][si];
-    ceiling_clb[si] = peak / med[IMPL_CLBLAST][si];
-    step_gflop += s->per_step * flops * 1e-9;
-    for (int impl = 0; impl < nimpl; impl++) step_ms[impl] += s->per_step * flops / med[impl][si] * 1e-6;
-    ratio_blas[si] = have_blas ? med[IMPL_OWN][si] / med[IMPL_BLAS][si] : NAN;
-    char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
-    fprintf(out, "%-14s %-2s %5zu %5zu %5zu %4zu", s->name, op, s->M, s->N, s->K, s->batch);
-    if (dflt) {
-      char cell[64];
-      snprintf(cell, sizeof cell, "%.1f [%.1f-%.1f]", dstats[si][0], dstats[si][1], dstats[si][2]);
-      fprintf(out, "  %-22s", cell);
-    }
-    for (int impl = 0; impl < nimpl; impl++) {
-      char cell[64];
-      snprintf(cell, sizeof cell, "%.1f [%.1f-%.1f]", stats[impl][0], stats[impl][1], stats[impl][2]);
-      fprintf(out, "  %-22s", cell);
-      if (impl == IMPL_OWN) fprintf(out, " %6.2fx", ratio_clb[si]);
-    }
-    if (have_blas) fprintf(out, " %6.2fx", ratio_blas[si]);
-    fprintf(out, "\n");
-    fflush(out);
-    if (g && json_array_append_new(json_object_get(g, "shapes"), shape_json(s, flops, stats, nimpl, dstats[si], dflt,
-                                                                             ratio_clb[si], ratio_blas[si],
-                                                                             ceiling_clb[si])))
-      st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
-  }
-  if (st == CF_OK) {
-    double m[NIMPL], mr_clb = cf_median(ratio_clb, nsh), mr_blas = have_blas ? cf_median(ratio_blas, nsh) : NAN;
-    double m_ceiling = cf_median(ceiling_clb, nsh);
-    for (int impl = 0; impl < NIMPL; impl++) m[impl] = impl < (have_blas ? 3 : 2) ? cf_median(med[impl], nsh) : NAN;
-    const char *clb = tuned ? "tuned clblast" : "untuned clblast";
-    char words[48];
-    fprintf(out, "\nmedian over %d shapes: %s %.1f, own %.1f GFLOP/s (%.0f%% of peak; %.2fx); median of the shapes' "
-            "own/%s: %.2fx", nsh, clb, m[IMPL_CLBLAST], m[IMPL_OWN], 100 * m[IMPL_OWN] / peak,
-            m[IMPL_OWN] / m[IMPL_CLBLAST], clb, mr_clb);
-    if (have_blas) fprintf(out, "; openblas %.1f GFLOP/s, median of own/openblas: %.2fx", m[IMPL_BLAS], mr_blas);
-    fprintf(out, "\nupper bound: with every shape at the FMA peak, the median of own/%s would be %.2fx", clb,
-            m_ceiling);
-    fprintf(out, "\none training step's products (%.3g GFLOP: each shape's median time times its calls per step): "
-            "%s %.3g ms, own %.3g ms (own %s)", step_gflop, clb, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN],
-            speed_words(step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN], words, sizeof words));
-    if (have_blas)
-      fprintf(out, "; openblas %.3g ms (own %s)", step_ms[IMPL_BLAS],
-              speed_words(step_ms[IMPL_BLAS] / step_ms[IMPL_OWN], words, sizeof words));
-    double m_dflt = NAN, mr_tuning = NAN;
-    if (dflt) {  /* (cf_median sorts: the medians over shapes come after every per-shape use) */
-      mr_tuning = cf_median(ratio_tuning, nsh);
-      m_dflt = cf_median(med_dflt, nsh);
-      fprintf(out, "\nwhat tuning gave CLBlast: default clblast %.1f GFLOP/s median over the shapes, median of the "
-              "shapes' tuned/default %.2fx; one step's products %.1f ms with its defaults", m_dflt, mr_tuning, dflt_ms);
-    }
-    fprintf(out, "\n");
-    if (g) {  /* absent implementations' entries are NaN here, null in the JSON */
-      const char *mk[] = {impl_names[0], impl_names[1], impl_names[2], "clblast_default", "own_vs_clblast",
-                          "own_vs_openblas", "peak_vs_clblast", "tuned_vs_default"};
-      double mv[] = {m[0], m[1], m[2], m_dflt, mr_clb, mr_blas, m_ceiling, mr_tuning};
-      const char *sk[] = {"gflop", "clblast_ms", "own_ms", "openblas_ms", "clblast_default_ms", "own_vs_clblast",
-                          "own_vs_openblas"};
-      double sv[] = {step_gflop, step_ms[IMPL_CLBLAST], step_ms[IMPL_OWN], have_blas ? step_ms[IMPL_BLAS] : NAN,
-                     dflt ? dflt_ms : NAN, step_ms[IMPL_CLBLAST] / step_ms[IMPL_OWN],
-                     have_blas ? step_ms[IMPL_BLAS] / step_ms[IMPL_OWN] : NAN};
-      st = cf_json_set(g, "median", nums_json(mk, mv, sizeof mv / sizeof *mv));
-      if (st == CF_OK) st = cf_json_set(g, "per_step", nums_json(sk, sv, sizeof sv / sizeof *sv));
-    }
-  }
+  for (int si = 0; si < b.nsh && st == CF_OK; si++) st = bench_shape(&b, si);
+  if (st == CF_OK) st = summarize(&b);
   /* OpenBLAS stays loaded: unloading a library with live worker threads is not worth the risk */
   return st;
 }

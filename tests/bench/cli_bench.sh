@@ -61,6 +61,22 @@ out=$("$bin" bench step "${small[@]}" --steps 10 --warmup 2 --json "$tmp/a.json"
 miss=$(check_json "$tmp/a.json" step 2>&1)
 if [[ $rc -eq 0 && -z "$miss" && "$out" == *"tokens/s"* && "$out" == *"GEMM total"* ]]; then ok "bench step: JSON fields, FLOP count, breakdown"
 else bad "bench step rc=$rc missing: $miss"; echo "$out"; fi
+# the table and the JSON come from one measurement: the step time's median, min and max agree (the table
+# rounds to 0.01 ms), and so do the breakdown's kernels
+miss=$(printf '%s\n' "$out" | "$py" -c '
+import json, re, sys
+s = json.load(open(sys.argv[1]))["step"]
+text = sys.stdin.read()
+m = re.search(r"median ([\d.]+) ms \[min ([\d.]+), max ([\d.]+)\]", text)
+bad = ["no step time line"] if not m else \
+    [k for k, v in zip(("median", "min", "max"), m.groups()) if abs(float(v) - s["step_ms"][k]) > 0.0051]
+rows, ops = re.findall(r"^  (\w+) +\d+ +([\d.]+) +[\d.]+%$", text, re.M), s["breakdown"]["ops"]
+if [n for n, _ in rows] != [o["name"] for o in ops] or any(abs(float(ms) - o["ms"]) > 0.00051 for (_, ms), o in zip(rows, ops)):
+    bad.append("breakdown rows")
+print(" ".join(bad))
+' "$tmp/a.json" 2>&1)
+if [[ -z "$miss" ]]; then ok "bench step: the table's step time and breakdown are the JSON's"
+else bad "bench step, the table against the JSON: $miss"; fi
 
 # --json -: the JSON alone on stdout, the tables on stderr
 "$bin" bench step "${small[@]}" --steps 10 --warmup 1 --json - >"$tmp/b.json" 2>"$tmp/b.err"; rc=$?
@@ -122,6 +138,28 @@ if [[ $rc -eq 0 && -z "$miss" && $(cat "$tmp/g.err") == *"of 3 samples"* && $(ca
       $(cat "$tmp/g.err") == *"upper bound: with every shape at the FMA peak"* ]]
 then ok "bench gemm --repeat 3 --json -: shapes, samples, ratios, ceiling, one step's products, core round trip"
 else bad "bench gemm --repeat 3 rc=$rc: $miss"; head -5 "$tmp/g.err"; fi
+# the gemm table and its JSON report the same medians per shape (the table rounds to 0.1 GFLOP/s)
+miss=$("$py" - "$tmp/g.json" "$tmp/g.err" <<'EOF'
+import json, re, sys
+shapes = {s["name"]: s for s in json.load(open(sys.argv[1]))["gemm"]["shapes"]}
+text = open(sys.argv[2]).read()
+impls = ["clblast_default"] * ("default parameters first" in text) + ["clblast", "own"]  # the table's columns
+seen, bad = set(), []
+for line in text.splitlines():
+    name, m = line[:14].rstrip(), re.match(r"(NN|NT|TN|TT) +\d+ +\d+ +\d+ +\d+ ", line[15:])
+    if not m or name not in shapes: continue
+    seen.add(name)
+    s = shapes[name]
+    if m.group(1) != s["op"]: bad.append(name + " op")
+    cells = re.findall(r"([\d.]+) \[[\d.]+-[\d.]+\]", line[15:])
+    for impl, v in zip(impls, cells):
+        if abs(float(v) - s[impl]["median"]) > 0.051: bad.append(name + " " + impl)
+    if len(cells) < len(impls): bad.append(name + " cells")
+if seen != set(shapes): bad.append("%d of %d shapes in the table" % (len(seen), len(shapes)))
+print(" ".join(bad))
+EOF
+)
+if [[ -z "$miss" ]]; then ok "bench gemm: the table's medians are the JSON's"; else bad "bench gemm, the table against the JSON: $miss"; fi
 
 "$bin" bench step --steps 3 >/dev/null 2>&1; rc=$?
 if [[ $rc -eq 2 ]]; then ok "--steps below 10 refused"; else bad "--steps 3 gave rc=$rc"; fi

@@ -1,0 +1,48 @@
+/* What the benchmarks share (bench.c, bench_gemm.c, bench_step.c; bench_common.c): the timed run
+ * of calls between clFinish, how many calls make a sample, the median and extremes of the samples
+ * and their JSON, a JSON row appended, a ratio of times in words. */
+#ifndef CLFORMER_BENCH_INTERNAL_H
+#define CLFORMER_BENCH_INTERNAL_H
+
+#include <stddef.h>
+#include "clformer/runtime.h"
+
+struct json_t;
+
+#define CF_BENCH_SAMPLE_S 2e-3  /* a sample lasts at least this long, so clFinish's cost is amortised */
+
+/* One call of what a benchmark times (it may enqueue several kernels); arg is the benchmark's. */
+typedef cf_status (*cf_bench_fn)(void *arg);
+
+/* *sec = seconds per call of `calls` calls of fn(arg) enqueued back to back: wall-clock time from
+ * before the first call to the end of clFinish after the last, divided by calls. */
+cf_status cf_bench_time_calls(cf_context *ctx, cf_bench_fn fn, void *arg, int calls, double *sec);
+
+/* How many calls of call_s seconds each make a sample of CF_BENCH_SAMPLE_S: 1 for a call at least
+ * that long; else taking call_s as at least floor_s, and at most cap. */
+int cf_bench_calls_per_sample(double call_s, double floor_s, int cap);
+
+/* The median and extremes of a set of samples. */
+typedef struct cf_bench_stats {
+  double median, min, max;
+} cf_bench_stats;
+
+/* The statistics of v[0..n) (sorting v in place); all NaN when n is 0. */
+cf_bench_stats cf_bench_stats_of(double *v, int n);
+
+/* {"median", "min", "max"}, each multiplied by scale and rounded as fmt prints it (cf_json_num);
+ * NULL when out of memory. */
+struct json_t *cf_bench_stats_json(cf_bench_stats s, double scale, const char *fmt);
+
+/* Appends row (taking the reference) to array; a NULL row or a failed append is CF_ERR_NO_MEMORY,
+ * reported as running out of memory while building the JSON report. */
+cf_status cf_bench_json_append(struct json_t *array, struct json_t *row);
+
+/* Sleeps s seconds (resumed after signals). */
+void cf_bench_pause(double s);
+
+/* A ratio of times (theirs / ours) in words into buf: "2.10x faster" for 2.1, "4.50x slower" for
+ * 0.222. Returns buf. */
+const char *cf_bench_speed_words(double ratio, char *buf, size_t n);
+
+#endif
