@@ -33,7 +33,8 @@ int cf_selftest_failures(const cf_selftest *t);
 
 /* ---------- the op table: every device op described once ----------
  * A row names the op, the program holding its kernels, its tensors, its launcher and its double
- * reference (each behind a small adapter), its tolerance and the bytes it must move. The self-test,
+ * reference (each behind a small adapter), its tolerance and the bytes it must move (or the FLOPs
+ * it does, when compute-bound). The self-test,
  * tests/ops/test_ops.c and `bench kernels` all run from it. Adding an op: a kernel in cl/, a
  * launcher in src/ops/, a reference in src/ref/ and a row in src/check/ops_<family>.c. */
 
@@ -92,6 +93,7 @@ typedef struct cf_op {
   cf_status (*prepare)(cf_op_case *c);              /* optional: fills CF_OP_SAVED tensors (device) */
   size_t (*scratch)(const cf_op_dims *d);           /* optional: the S dimension */
   double (*bytes)(const cf_op_dims *d);             /* optional: bytes it must move at least */
+  double (*flops)(const cf_op_dims *d);             /* optional: for a compute-bound op, its FLOPs */
 } cf_op;
 
 /* The table, in self-test order. */

@@ -10,6 +10,10 @@ static const cf_dropout drop = {0.1f, 17u, 1u, 2u};
 
 static size_t scratch(const cf_op_dims *d) { return cf_attention_scratch_floats(d->B, d->T, d->C, d->NH, drop.p > 0); }
 
+/* the batched products counted in full (causal or not): q.k^T and p.v forward, four backward */
+static double attn_fwd_flops(const cf_op_dims *d) { return 4.0 * d->B * d->T * (double)d->T * d->C; }
+static double attn_bwd_flops(const cf_op_dims *d) { return 2 * attn_fwd_flops(d); }
+
 enum { F_OUT, F_QKVP, F_ATT, F_SCRATCH, F_INP, F_MASK };
 static cf_status attn_fwd(const cf_op_case *c) {
   const cf_mem *t = c->dev;
@@ -41,11 +45,11 @@ const cf_op cf_ops_attention[] = {
     {"attention_forward", "attention",
      {{"out", "NC", 0, CF_OP_OUT, 0, 0}, {"qkvp", "NC", 3, CF_OP_SCRATCH, 0, 0}, {"att", "BHTT", 0, CF_OP_SCRATCH, 0, 0},
       {"scratch", "S", 0, CF_OP_SCRATCH, 0, 0}, {"inp", "NC", 3, CF_OP_IN, 1.5f, 0}, {"key_mask", "BT", 0, CF_OP_MASK, 0, 0}},
-     TOL, 0, DIMS, attn_fwd, attn_fwd_ref, .scratch = scratch},
+     TOL, 0, DIMS, attn_fwd, attn_fwd_ref, .scratch = scratch, .flops = attn_fwd_flops},
     {"attention_backward", "attention",
      {{"dinp", "NC", 3, CF_OP_OUT, 0, 0}, {"scratch", "S", 0, CF_OP_SCRATCH, 0, 0}, {"dout", "NC", 0, CF_OP_IN, 0, 0},
       {"qkvp", "NC", 3, CF_OP_SAVED, 0, 0}, {"att", "BHTT", 0, CF_OP_SAVED, 0, 0}, {"key_mask", "BT", 0, CF_OP_MASK, 0, 0},
       {"inp", "NC", 3, CF_OP_IN, 1.5f, 0}, {"out", "NC", 0, CF_OP_SCRATCH, 0, 0}},
-     TOL, 0, DIMS, attn_bwd, attn_bwd_ref, attn_bwd_prepare, .scratch = scratch},
+     TOL, 0, DIMS, attn_bwd, attn_bwd_ref, attn_bwd_prepare, .scratch = scratch, .flops = attn_bwd_flops},
 };
 const int cf_nops_attention = sizeof cf_ops_attention / sizeof *cf_ops_attention;

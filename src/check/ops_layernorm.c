@@ -6,7 +6,7 @@
 #define TOL .atol = 1e-5, .rtol = 1e-4
 
 static const float eps = 1e-5f;
-static const cf_dropout drop = {0.1f, 0x5eed, 3, 11};
+static const cf_dropout drop = {0.1f, 0x5eed, 3, 11}, no_drop = {0};
 
 static double nc(const cf_op_dims *d) { return (double)d->N * d->C; }
 
@@ -38,15 +38,17 @@ static void ln_bwd_ref(cf_op_case *c) {
 static double ln_bwd_bytes(const cf_op_dims *d) { return 4 * (3 * nc(d) + 5.0 * d->C + 2.0 * d->N); }
 
 enum { RF_OUT, RF_MEAN, RF_RSTD, RF_RES, RF_INP, RF_BRANCH, RF_W, RF_B };
+/* param 1: with dropout on the branch, 0: the plain residual add (Pre-LN's second LayerNorm) */
 static cf_status rdln_fwd(const cf_op_case *c) {
   const cf_mem *t = c->dev;
   return cf_residual_dropout_layernorm_forward(c->ctx, t[RF_OUT], t[RF_MEAN], t[RF_RSTD], t[RF_RES], t[RF_INP],
-                                               t[RF_BRANCH], t[RF_W], t[RF_B], c->d.N, c->d.C, eps, drop);
+                                               t[RF_BRANCH], t[RF_W], t[RF_B], c->d.N, c->d.C, eps,
+                                               c->op->param ? drop : no_drop);
 }
 static void rdln_fwd_ref(cf_op_case *c) {
   ref_residual_dropout_layernorm_forward(c->ref[RF_OUT], c->ref[RF_MEAN], c->ref[RF_RSTD], c->ref[RF_RES],
                                          c->host[RF_INP], c->host[RF_BRANCH], c->host[RF_W], c->host[RF_B], c->d.N,
-                                         c->d.C, eps, drop);
+                                         c->d.C, eps, c->op->param ? drop : no_drop);
 }
 static double rdln_fwd_bytes(const cf_op_dims *d) { return 4 * (4 * nc(d) + 2.0 * d->C + 2.0 * d->N); }
 
@@ -77,11 +79,16 @@ const cf_op cf_ops_layernorm[] = {
       {"dout", "NC", 0, CF_OP_IN, 0, 0}, {"inp", "NC", 0, CF_OP_IN, 2, 0.5f}, {"weight", "C", 0, CF_OP_IN, 0, 0},
       {"mean", "N", 0, CF_OP_SAVED, 0, 0}, {"rstd", "N", 0, CF_OP_SAVED, 0, 0}, {"out", "NC", 0, CF_OP_SCRATCH, 0, 0}},
      TOL, 0, DIMS, ln_bwd, ln_bwd_ref, ln_bwd_prepare, .bytes = ln_bwd_bytes},
-    {"residual_dropout_layernorm_forward", "layernorm",
+    {"residual_layernorm_forward", "layernorm",
      {{"out", "NC", 0, CF_OP_OUT, 0, 0}, {"mean", "N", 0, CF_OP_OUT, 0, 0}, {"rstd", "N", 0, CF_OP_OUT, 0, 0}, {"res", "NC", 0, CF_OP_OUT, 0, 0},
       {"inp", "NC", 0, CF_OP_IN, 2, -0.5f}, {"branch", "NC", 0, CF_OP_IN, 0, 0}, {"weight", "C", 0, CF_OP_IN, 0, 0},
       {"bias", "C", 0, CF_OP_IN, 0, 0}},
      TOL, 0, DIMS, rdln_fwd, rdln_fwd_ref, .bytes = rdln_fwd_bytes},
+    {"residual_dropout_layernorm_forward", "layernorm",
+     {{"out", "NC", 0, CF_OP_OUT, 0, 0}, {"mean", "N", 0, CF_OP_OUT, 0, 0}, {"rstd", "N", 0, CF_OP_OUT, 0, 0}, {"res", "NC", 0, CF_OP_OUT, 0, 0},
+      {"inp", "NC", 0, CF_OP_IN, 2, -0.5f}, {"branch", "NC", 0, CF_OP_IN, 0, 0}, {"weight", "C", 0, CF_OP_IN, 0, 0},
+      {"bias", "C", 0, CF_OP_IN, 0, 0}},
+     TOL, 1, DIMS, rdln_fwd, rdln_fwd_ref, .bytes = rdln_fwd_bytes},
     {"residual_dropout_layernorm_backward", "layernorm",
      {{"dinp", "NC", 0, CF_OP_ACC, 0, 0}, {"dbranch", "NC", 0, CF_OP_OUT, 0, 0}, {"dweight", "C", 0, CF_OP_ACC, 0, 0},
       {"dbias", "C", 0, CF_OP_ACC, 0, 0}, {"dout", "NC", 0, CF_OP_IN, 0, 0}, {"res", "NC", 0, CF_OP_SAVED, 0, 0},
