@@ -15,9 +15,14 @@ typedef enum cf_optimizer { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD } cf_opt
 typedef enum cf_positions { CF_POS_SINUSOIDAL, CF_POS_LEARNED } cf_positions;
 typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON } cf_final_norm;
 typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
+/* The byte tokenizer's vocabulary: every byte value is a token. */
+#define CF_BYTE_VOCAB 256
+/* The vocabulary size of a tokenizer (what the model's embedding and output layer are sized by). */
+int cf_tokenizer_vocab(cf_tokenizer t);
 
 /* The model's shape and regularisation: all cf_model_create needs besides the optimizer's. */
 typedef struct cf_model_config {
+  int vocab;                  /* from data.tokenizer (cf_tokenizer_vocab), not a key of its own */
   cf_norm_placement norm;
   int layers, d_model, heads, d_ff;
   cf_activation activation;

@@ -8,8 +8,6 @@
 #include <stdint.h>
 #include "clformer/config.h"
 
-#define CF_BYTE_VOCAB 256
-
 typedef struct cf_text {
   const uint8_t *bytes;  /* the mapped file */
   size_t n;

@@ -41,6 +41,7 @@ size_t cf_model_flat_floats(const cf_model *m);  /* length of each flat buffer (
 size_t cf_model_device_bytes(const cf_model *m);  /* all buffers the model allocated */
 int cf_model_batch(const cf_model *m);
 int cf_model_seq_len(const cf_model *m);
+int cf_model_vocab(const cf_model *m);  /* V: logits per position */
 
 /* Forward pass on one batch of (B, T) token ids; with targets, also the mean loss (on the device,
  * read it with cf_model_loss). train = 1 applies dropout keyed by (seed, step). */
@@ -79,9 +80,6 @@ typedef struct cf_sample_options {
  * draw's number (0, 1, ... for successive bytes). */
 cf_status cf_model_sample_next(cf_model *m, const int *text, size_t n, const cf_sample_options *opts, uint32_t index,
                                int *next);
-
-/* The byte-level tokenizer's vocabulary: every byte value is a token. */
-#define CF_MODEL_VOCAB 256
 
 /* Every GEMM shape a training step of this config's model issues (forward, both backward products,
  * the batched attention products), each with its count per step; returns how many (at most

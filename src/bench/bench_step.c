@@ -255,7 +255,7 @@ static json_t *breakdown_json(const step_bench *b) {
 static json_t *model_json(const step_bench *b) {
   const cf_model_config *mc = &b->cfg->model;
   return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "norm", mc->norm == CF_NORM_PRE ? "pre" : "post",
-                   "layers", mc->layers, "d_model", mc->d_model, "heads", mc->heads, "d_ff", mc->d_ff, "vocab", 256,
+                   "layers", mc->layers, "d_model", mc->d_model, "heads", mc->heads, "d_ff", mc->d_ff, "vocab", mc->vocab,
                    "seq_len", b->T, "batch_size", b->B, "params", (json_int_t)b->params);
 }
 

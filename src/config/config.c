@@ -241,9 +241,12 @@ cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, co
   return set_value_at(c, k, value, where, -1, 0);
 }
 
+int cf_tokenizer_vocab(cf_tokenizer t) { return t == CF_TOKENIZER_BYTE ? CF_BYTE_VOCAB : 0; }
+
 void cf_config_defaults(cf_config *c) {
   memset(c, 0, sizeof *c);
   for (size_t i = 0; i < NKEYS; i++) set_value(c, &keys[i], keys[i].def, "default");
+  c->model.vocab = cf_tokenizer_vocab(c->data.tokenizer);
 }
 
 cf_status cf_config_set(cf_config *c, const char *assignment) {
@@ -397,7 +400,7 @@ cf_status cf_config_validate(cf_config *c) {
   if (!c->train.out[0]) return CF_FAIL(CF_ERR_CONFIG, "%s: must name a directory", key_where(c, "train.out", w, sizeof w));
   /* every tensor's element count must fit the kernels' 32-bit indexing */
   double N = (double)c->data.batch_size * c->data.seq_len, C = c->model.d_model;
-  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), 256.0);
+  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), (double)cf_tokenizer_vocab(c->data.tokenizer));
   double att = (double)c->data.batch_size * c->model.heads * c->data.seq_len * c->data.seq_len;
   if (N * widest >= 2147483648.0 || att >= 2147483648.0 || 12.0 * C * C * c->model.layers >= 2147483648.0)
     return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
@@ -415,6 +418,7 @@ cf_status cf_config_validate(cf_config *c) {
                    c->schedule.min_lr, c->optim.lr);
   if (c->model.final_norm == CF_FINAL_NORM_AUTO)
     c->model.final_norm = c->model.norm == CF_NORM_PRE ? CF_FINAL_NORM_ON : CF_FINAL_NORM_OFF;
+  c->model.vocab = cf_tokenizer_vocab(c->data.tokenizer);
   return CF_OK;
 }
 

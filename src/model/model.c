@@ -156,7 +156,7 @@ cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_o
                           unsigned long long seed, int B, int T, cf_model **out) {
   *out = NULL;
   if (B < 1 || T < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "batch %d x %d tokens: both must be positive", B, T);
-  if (mc->final_norm == CF_FINAL_NORM_AUTO) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
+  if (mc->final_norm == CF_FINAL_NORM_AUTO || mc->vocab < 2) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
   cf_model *m = calloc(1, sizeof *m);
   if (!m) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   m->ctx = ctx;
@@ -169,7 +169,7 @@ cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_o
   m->NH = mc->heads;
   m->F = mc->d_ff;
   m->L = mc->layers;
-  m->V = CF_MODEL_VOCAB;
+  m->V = mc->vocab;
   m->act = mc->activation;
   m->lp = calloc((size_t)m->L, sizeof *m->lp);
   m->la = calloc((size_t)m->L, sizeof *m->la);
@@ -236,6 +236,7 @@ size_t cf_model_device_bytes(const cf_model *m) { return m->bytes; }
 size_t cf_model_flat_floats(const cf_model *m) { return m->nparams; }
 int cf_model_batch(const cf_model *m) { return m->B; }
 int cf_model_seq_len(const cf_model *m) { return m->T; }
+int cf_model_vocab(const cf_model *m) { return m->V; }
 
 /* ---------- initialisation ---------- */
 

@@ -48,7 +48,7 @@ static int draw(const float *logits, int V, const cf_sample_options *o, double u
 
 cf_status cf_model_sample_next(cf_model *m, const int *text, size_t n, const cf_sample_options *o, uint32_t index,
                                int *next) {
-  int T = cf_model_seq_len(m), V = CF_MODEL_VOCAB;
+  int T = cf_model_seq_len(m), V = cf_model_vocab(m);
   if (n == 0 || cf_model_batch(m) != 1) return CF_FAIL(CF_ERR_INVALID_ARG, "sampling needs a text and a batch-1 model");
   size_t start = n > (size_t)T ? n - (size_t)T : 0, len = n - start;
   int *window = calloc((size_t)T, sizeof *window);

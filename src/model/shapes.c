@@ -6,7 +6,7 @@
 
 int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
   size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
-  size_t F = (size_t)cfg->model.d_ff, V = CF_MODEL_VOCAB, T = (size_t)cfg->data.seq_len;
+  size_t F = (size_t)cfg->model.d_ff, V = (size_t)cfg->model.vocab, T = (size_t)cfg->data.seq_len;
   size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
   int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
   size_t BNH = (size_t)cfg->data.batch_size * NH;

@@ -136,9 +136,9 @@ static void emit_started(const run *r) {
 }
 
 /* Diverged: a non-finite loss or gradient, or a loss three times that of guessing uniformly
- * (3 ln 256 = 16.6 nats), which no learning run comes back from in practice. */
-static int diverged(double train_loss, float gnorm) {
-  return !isfinite(train_loss) || !isfinite(gnorm) || train_loss > 3 * log((double)CF_BYTE_VOCAB);
+ * (3 ln V: 16.6 nats for bytes), which no learning run comes back from in practice. */
+static int diverged(double train_loss, float gnorm, int vocab) {
+  return !isfinite(train_loss) || !isfinite(gnorm) || train_loss > 3 * log((double)vocab);
 }
 
 /* A row after `step`: the mean train loss since the last row, an evaluation when due, metrics.csv,
@@ -153,7 +153,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   cf_train_event e = {.kind = CF_TRAIN_LOGGED, .step = step, .lr = lr, .train_loss = train_loss, .valid_loss = NAN,
                       .grad_norm = gnorm, .elapsed_s = elapsed, .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0};
   r->res->final_train = train_loss;
-  if (diverged(train_loss, gnorm)) {
+  if (diverged(train_loss, gnorm, cfg->model.vocab)) {
     r->ts.diverged_step = step;
     cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, NAN, gnorm, NAN, elapsed});
     e.kind = CF_TRAIN_DIVERGED;
