@@ -49,8 +49,8 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
 void cf_gemm_scratch_free(cf_context *ctx);
 
 /* Tuning (`clformer tune`, src/gemm/tune.c): results live in one file per device and driver in the
- * cache directory (see src/gemm/gemm.c for its format); a context's first GEMM reads it, applies the
- * tuned CLBlast parameters, and cf_gemm/cf_gemm_batched then take the measured faster
+ * cache directory (see src/gemm/tuning_file.c for its format); a context's first GEMM reads it,
+ * applies the tuned CLBlast parameters, and cf_gemm/cf_gemm_batched then take the measured faster
  * implementation for each shape listed there (unless $CLFORMER_GEMM names one; CLFORMER_TUNE=off
  * ignores the file). The path of this context's file into buf; 0 when caching is off. */
 int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n);
@@ -79,15 +79,20 @@ typedef struct cf_gemm_shape {
 } cf_gemm_shape;
 #define CF_GEMM_MAX_SHAPES 32
 
-/* `clformer tune` (src/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels around
- * them), then per GEMM shape ours vs CLBlast's direct and indirect kernels, which also set
+/* `clformer tune` (src/gemm/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels
+ * around them), then per GEMM shape ours vs CLBlast's direct and indirect kernels, which also set
  * CLBlast's direct/indirect switch; the results go to cf_gemm_tune_path's file, which every later
- * run's GEMM layer applies. */
+ * run's GEMM layer applies. It prints only to the two streams given here (and notes through
+ * cf_log, as the whole library does). */
 typedef struct cf_tune_options {
   double budget_s;           /* wall-clock budget of the whole run (default 840 s) */
   double fraction;           /* share of the CLBlast GEMM tuners' search space tried (default 0.005) */
   int skip_clblast_tuners;   /* only the per-shape comparison */
   size_t rows, width;        /* the CLBlast tuners' problem: `rows` tokens (capped at 1024) by `width` */
+  FILE *report;              /* what was found: the file's path, each tuner's best parameters, the
+                                per-shape table, the chosen direct/indirect switch, "done"; NULL: none */
+  FILE *progress;            /* progress while tuners and measurements run, with an ETA; on a
+                                terminal a tuner's line rewrites itself ('\r'); NULL: none */
 } cf_tune_options;
 /* shapes: the products to choose for (each counted per_step times), duplicates allowed. */
 cf_status cf_gemm_tune(cf_context *ctx, const cf_gemm_shape *shapes, int nshapes, const cf_tune_options *opts);

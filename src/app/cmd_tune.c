@@ -1,6 +1,6 @@
-/* `clformer tune`: fast GEMM settings for a device (src/tune.c), stored in the cache directory
- * keyed by device and driver and applied by every later run. Registered in src/main.c's command
- * table and declared in src/cli.h as int cmd_tune(int argc, char **argv); */
+/* `clformer tune`: fast GEMM settings for a device (src/gemm/tune.c), stored in the cache directory
+ * keyed by device and driver and applied by every later run. Registered in src/app/main.c's
+ * command table and declared in src/app/cli.h as int cmd_tune(int argc, char **argv); */
 #include <stdlib.h>
 #include <string.h>
 #include "clformer/check.h"
@@ -37,7 +37,7 @@ int cmd_tune(int argc, char **argv) {
   const char *spec = NULL, *config = NULL;
   char *sets[256];
   int nsets = 0, show = 0;
-  cf_tune_options to = {.budget_s = 840, .fraction = 0.005};
+  cf_tune_options to = {.budget_s = 840, .fraction = 0.005, .report = stdout, .progress = stderr};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <clblast_c.h>
 #include "clformer/gemm.h"
+#include "gemm/tuning_file.h"
 #include "runtime/runtime.h"
 
 /* ---------- choosing ---------- */
@@ -38,36 +39,23 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
 
 /* ---------- tuning results (clformer tune) ---------- */
 
-/* `clformer tune` stores, per device and driver, a text file in the cache directory:
- *   # comment lines
- *   clblast KERNEL NAME=VALUE ...        CLBlast parameters, applied with CLBlastOverrideParameters
- *                                        (tune writes Xgemm, XgemmDirect, the helper kernels Padtranspose,
- *                                        Transpose, Pad, Copy, and GemmRoutine XGEMM_MIN_INDIRECT_SIZE=S:
- *                                        CLBlast's direct kernel for M*N*K < S^3; a line CLBlast refuses
- *                                        is reported and skipped)
- *   choice OP M N K BATCH IMPL OWN CLB   the faster implementation for one shape (OP "NT" etc.,
- *                                        IMPL own|clblast, the measured GFLOP/s of both)
- * The file is read on a context's first GEMM (unless cf_gemm_tune_hold defers it); CLFORMER_TUNE=off
- * ignores it. A shape without a choice keeps the default of cf_gemm_resolve.
+/* `clformer tune` stores, per device and driver, a tuning file in the cache directory (its format:
+ * tuning_file.c, which reads it here): CLBlast parameters, applied with CLBlastOverrideParameters,
+ * and per shape the faster implementation. It is read on a context's first GEMM (unless
+ * cf_gemm_tune_hold defers it); CLFORMER_TUNE=off ignores it.
  *
  * What a context read lives in the context (its extension slot, like the scratch below): a context
  * is used from one thread at a time, so it needs no lock, and two contexts never share a table. */
-#define TUNE_MAX_CHOICES 64
-typedef struct tune_choice {
-  int ta, tb;
-  size_t M, N, K, batch;
-  cf_gemm_impl impl;
-} tune_choice;
 typedef struct tune_state {
   int loaded;            /* a tuning file was read (0 also while held back by cf_gemm_tune_hold) */
   char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
-  int nchoices;
-  tune_choice choices[TUNE_MAX_CHOICES];
+  cf_tuning_file file;   /* what was read: its choices are looked up per GEMM */
 } tune_state;
 static const char tune_key;  /* its address names the slot */
 
 static void tune_free(cf_context *ctx, void *state) {
   (void)ctx;
+  cf_tuning_file_free(&((tune_state *)state)->file);
   free(state);
 }
 
@@ -115,29 +103,25 @@ int cf_gemm_tune_path(const cf_context *ctx, char *buf, size_t n) {
   return 1;
 }
 
-static void apply_clblast_line(tune_state *s, cl_device_id dev, char *line) {
-  char *save = NULL, *kernel = strtok_r(line, " \t\n", &save);
-  const char *names[32];
-  size_t values[32], k = 0;
-  for (char *w; kernel && k < 32 && (w = strtok_r(NULL, " \t\n", &save));) {
-    char *eq = strchr(w, '=');
-    if (!eq) continue;
-    *eq = 0;
-    names[k] = w;
-    values[k++] = (size_t)strtoull(eq + 1, NULL, 10);
+/* Hand one `clblast` line to CLBlast, noting in s what it took. */
+static void apply_clblast(tune_state *s, cl_device_id dev, const cf_tuning_clblast *l) {
+  const char *names[CF_TUNING_MAX_PARAMS];
+  size_t values[CF_TUNING_MAX_PARAMS], k = (size_t)l->nparams;
+  for (size_t i = 0; i < k; i++) {
+    names[i] = l->params[i].name;
+    values[i] = l->params[i].value;
   }
-  if (!kernel || !k) return;
-  CLBlastStatusCode st = CLBlastOverrideParameters(dev, kernel, CLBlastPrecisionSingle, k, names, values);
+  CLBlastStatusCode st = CLBlastOverrideParameters(dev, l->kernel, CLBlastPrecisionSingle, k, names, values);
   if (st != CLBlastSuccess) {
-    cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", kernel, (int)st);
+    cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", l->kernel, (int)st);
     return;
   }
-  cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", kernel, k);
+  cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", l->kernel, k);
   clblast_tuned_mark(dev);
   size_t len = strlen(s->applied);
   if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
     snprintf(s->applied + len, sizeof s->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
-  else snprintf(s->applied + len, sizeof s->applied - len, "%s%s", len ? ", " : "", kernel);
+  else snprintf(s->applied + len, sizeof s->applied - len, "%s%s", len ? ", " : "", l->kernel);
 }
 
 /* The tuning file of this context's device when it should be read (CLFORMER_TUNE not off) and exists. */
@@ -166,27 +150,14 @@ static tune_state *tune_state_of(cf_context *ctx, int *created) {
 
 /* Read this context's file into s (cleared first), handing its `clblast` lines to CLBlast. */
 static void tune_read(cf_context *ctx, tune_state *s) {
-  memset(s, 0, sizeof *s);
+  cf_tuning_file_free(&s->file);
+  s->loaded = 0;
+  s->applied[0] = 0;
   char path[4200];
-  if (!tune_file(ctx, path, sizeof path)) return;
-  FILE *f = fopen(path, "r");
-  if (!f) return;
+  if (!tune_file(ctx, path, sizeof path) || !cf_tuning_file_read(path, &s->file, 1)) return;
   s->loaded = 1;
-  char line[2048];
-  while (fgets(line, sizeof line, f)) {
-    if (!strncmp(line, "clblast ", 8)) apply_clblast_line(s, ctx->info.device, line + 8);
-    else if (!strncmp(line, "choice ", 7) && s->nchoices < TUNE_MAX_CHOICES) {
-      char op[3], impl[16];
-      tune_choice c;
-      if (sscanf(line + 7, "%2s %zu %zu %zu %zu %15s", op, &c.M, &c.N, &c.K, &c.batch, impl) != 6) continue;
-      c.ta = op[0] == 'T';
-      c.tb = op[1] == 'T';
-      c.impl = !strcmp(impl, "own") ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
-      s->choices[s->nchoices++] = c;
-    }
-  }
-  fclose(f);
-  cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->nchoices);
+  for (int i = 0; i < s->file.nclblast; i++) apply_clblast(s, ctx->info.device, &s->file.clblast[i]);
+  cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->file.nchoices);
 }
 
 /* This context's state, reading its file on first use (or again with reload). NULL only when the
@@ -198,13 +169,12 @@ static tune_state *tune_get(cf_context *ctx, int reload) {
   return s;
 }
 
-/* Whether the file at path has a `clblast` line (parameters CLBlast may take). */
+/* Whether the file at path has a `clblast` line (parameters CLBlast may take); its malformed lines
+ * are left for the read that applies it to report. */
 static int has_clblast_lines(const char *path) {
-  FILE *f = fopen(path, "r");
-  char line[2048];
-  int found = 0;
-  while (f && !found && fgets(line, sizeof line, f)) found = !strncmp(line, "clblast ", 8);
-  if (f) fclose(f);
+  cf_tuning_file tf = {0};
+  int found = cf_tuning_file_read(path, &tf, 0) && tf.nclblast > 0;
+  cf_tuning_file_free(&tf);
   return found;
 }
 
@@ -237,8 +207,8 @@ int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n) {
 /* The measured choice for this shape, or CF_GEMM_AUTO when there is none. */
 static cf_gemm_impl tune_choose(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t batch) {
   tune_state *s = tune_get(ctx, 0);
-  for (int i = 0; s && i < s->nchoices; i++) {
-    const tune_choice *c = &s->choices[i];
+  for (int i = 0; s && i < s->file.nchoices; i++) {
+    const cf_tuning_choice *c = &s->file.choices[i];
     if (c->ta == ta && c->tb == tb && c->M == M && c->N == N && c->K == K && c->batch == batch) return c->impl;
   }
   return CF_GEMM_AUTO;

@@ -2,8 +2,8 @@
 # A tuning file written by `clformer tune` is applied by later runs: a per-shape choice of CLBlast
 # for the model's shapes shows up as CLBlast kernels in the step's profile, CLFORMER_TUNE=off
 # ignores it, tuned parameters of every CLBlast kernel (GEMM and helpers) and the direct/indirect
-# switch reach CLBlast, `bench gemm` says CLBlast runs tuned (and times its defaults first), malformed lines are reported without
-# breaking the run, and a short `tune` (no CLBlast tuners) measures and writes the switch itself.
+# switch reach CLBlast, `bench gemm` says CLBlast runs tuned (and times its defaults first), malformed lines are reported
+# (file:line) without breaking the run, and a short `tune` (no CLBlast tuners) measures and writes the switch itself.
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
@@ -30,9 +30,11 @@ out=$("$bin" bench gemm --set model.layers=1 --set model.d_model=32 --set model.
 [[ $rc -eq 0 ]] && ! grep -q "default parameters first\|default clblast" <<<"$out" \
   && ok "bench gemm times CLBlast's defaults only when the file has CLBlast parameters" \
   || bad "bench gemm with a choices-only file: rc=$rc $(head -8 <<<"$out")"
-echo "choice garbage" >> "$path"
+echo "choice garbage" >> "$path"  # line 7
 out=$(profile); rc=$?
-[[ $rc -eq 0 ]] && ok "a malformed line does not break a run" || bad "malformed file: rc=$rc $out"
+[[ $rc -eq 0 ]] && grep -qF "$path:7: skipped" <<<"$out" \
+  && ok "a malformed line is reported with its file and line and does not break a run" \
+  || bad "malformed file: rc=$rc $(grep -i 'skipped\|error' <<<"$out" | head -5)"
 # tuned parameters for CLBlast's GEMM kernels, its helper kernels and its direct/indirect switch
 cat >> "$path" <<'EOF2'
 clblast Xgemm GEMMK=0 KREG=1 KWG=16 KWI=2 MDIMA=8 MDIMC=8 MWG=32 NDIMB=8 NDIMC=8 NWG=32 SA=1 SB=1 STRM=0 STRN=0 VWM=2 VWN=2

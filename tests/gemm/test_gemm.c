@@ -4,13 +4,16 @@
  * over a NaN-poisoned C), the strided-batched form with odd strides, the choice of
  * implementation by $CLFORMER_GEMM, run-to-run bit equality, and (our kernels, CPU devices) no
  * read or write past either end of tightly sized operands. Relative error in the Frobenius norm
- * below 1e-5. */
+ * below 1e-5. Also the tuning file: read and written back byte for byte, malformed lines reported
+ * by file and line and skipped. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "base/base.h"  /* cf_read_file */
+#include "gemm/tuning_file.h"
 #include "testutil.h"
 
 static double rel_fro(const float *out, const double *ref, size_t n, int *nonfinite) {
@@ -274,6 +277,113 @@ static void check_tuned(cf_context *ctx, test_rng *r) {
   cf_gemm_tune_reload(ctx);  /* CLBlast keeps the last parameters for this process; the table is reread */
 }
 
+/* The tuning file as `clformer tune` writes it: read, it holds what the lines say; written back, the
+ * same bytes. Malformed lines are reported as file:line and skipped, the lines after them kept. */
+static const char tuning_text[] =
+    "# clformer 0.1.0 tune, 2026-01-01 00:00:00\n"
+    "# device: D | P | OpenCL 3.0 P | driver 1.0\n"
+    "# clblast KERNEL NAME=VALUE...: CLBlastOverrideParameters\n"
+    "# choice OP M N K BATCH IMPL OWN_GFLOPS CLBLAST_GFLOPS\n"
+    "clblast Xgemm GEMMK=0 KWG=16 MWG=64\n"
+    "clblast GemmRoutine XGEMM_MIN_INDIRECT_SIZE=384\n"
+    "choice NT 1024 768 256 1 own 148.35 22.11\n"
+    "choice TN 64 32 64 4 clblast 1.00 2.50\n";
+
+static char *write_temp(const char *dir, const char *name, const char *text) {
+  char *path = malloc(4200);
+  snprintf(path, 4200, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  TEST_ASSERT(f != NULL, "cannot write %s", path);
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  return path;
+}
+
+/* Read path with reports on, returning what went to stderr (malloc'd) in *err. */
+static int read_capturing(const char *path, cf_tuning_file *tf, char **err) {
+  int v = cf_verbosity();
+  cf_set_verbosity(1);
+  fflush(stderr);
+  FILE *cap = tmpfile();
+  int saved = dup(2);
+  if (cap) dup2(fileno(cap), 2);
+  int r = cf_tuning_file_read(path, tf, 1);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  cf_set_verbosity(v);
+  *err = calloc(1, 8192);
+  if (cap) {
+    rewind(cap);
+    size_t n = fread(*err, 1, 8191, cap);
+    (*err)[n] = 0;
+    fclose(cap);
+  }
+  return r;
+}
+
+static void check_tuning_file(void) {
+  char dir[] = "/tmp/clformer-test-tuning-file-XXXXXX";
+  TEST_ASSERT(mkdtemp(dir) != NULL, "mkdtemp failed");
+  cf_tuning_file tf = {0};
+  char *err = NULL, *text = NULL;
+  char *good = write_temp(dir, "good.txt", tuning_text), *again = malloc(4200);
+  snprintf(again, 4200, "%s/sub/again.txt", dir);
+  TEST_ASSERT(read_capturing(good, &tf, &err) == 1, "cannot read %s", good);
+  TEST_ASSERT(!err[0], "a well-formed file reported: %s", err);
+  TEST_ASSERT(tf.nclblast == 2 && tf.nchoices == 2, "read %d clblast and %d choice lines", tf.nclblast, tf.nchoices);
+  if (tf.nclblast == 2 && tf.nchoices == 2) {
+    const cf_tuning_clblast *x = &tf.clblast[0], *g = &tf.clblast[1];
+    TEST_ASSERT(!strcmp(x->kernel, "Xgemm") && x->nparams == 3 && !strcmp(x->params[2].name, "MWG") &&
+                    x->params[2].value == 64, "Xgemm line read wrong");
+    TEST_ASSERT(!strcmp(g->kernel, "GemmRoutine") && g->nparams == 1 && g->params[0].value == 384,
+                "GemmRoutine line read wrong");
+    const cf_tuning_choice *c = &tf.choices[0], *d = &tf.choices[1];
+    TEST_ASSERT(!c->ta && c->tb && c->M == 1024 && c->N == 768 && c->K == 256 && c->batch == 1 &&
+                    c->impl == CF_GEMM_OWN && fabs(c->own_gflops - 148.35) < 1e-9 &&
+                    fabs(c->clblast_gflops - 22.11) < 1e-9, "first choice read wrong");
+    TEST_ASSERT(d->ta && !d->tb && d->batch == 4 && d->impl == CF_GEMM_CLBLAST, "second choice read wrong");
+    TEST_ASSERT(tf.comment && !strcmp(tf.comment, "clformer 0.1.0 tune, 2026-01-01 00:00:00\n"
+                                                  "device: D | P | OpenCL 3.0 P | driver 1.0"),
+                "header comment read as '%s'", tf.comment ? tf.comment : "(none)");
+  }
+  TEST_ASSERT(cf_tuning_file_write(&tf, again) == CF_OK, "cannot write %s", again);
+  TEST_ASSERT(cf_read_file(again, &text, NULL) == CF_OK && !strcmp(text, tuning_text),
+              "written back differently:\n%s", text ? text : "(unreadable)");
+  free(text);
+  free(err);
+
+  /* malformed lines among good ones: lines 9-14 reported, the blank line 15 not, line 16 kept */
+  char bad_text[2048];
+  snprintf(bad_text, sizeof bad_text, "%schoice garbage\nclblast Xgemm\nclblast\nclblast Copy COPY_DIMX=-1\n"
+           "choice NX 1 2 3 1 own 1 2\nfrobnicate 1 2\n\nchoice NN 2 3 4 1 clblast 5.5 6.5\n", tuning_text);
+  char *bad = write_temp(dir, "bad.txt", bad_text);
+  TEST_ASSERT(read_capturing(bad, &tf, &err) == 1, "cannot read %s", bad);
+  TEST_ASSERT(tf.nclblast == 2 && tf.nchoices == 3 && tf.choices[2].M == 2,
+              "with malformed lines: %d clblast and %d choice lines", tf.nclblast, tf.nchoices);
+  for (int line = 9; line <= 16; line++) {
+    char where[4300];
+    snprintf(where, sizeof where, "%s:%d:", bad, line);
+    TEST_ASSERT((strstr(err, where) != NULL) == (line <= 14), "line %d %sreported: %s", line,
+                line <= 14 ? "not " : "", err);
+  }
+  free(err);
+  TEST_ASSERT(cf_tuning_file_read("/nonexistent/tuning.txt", &tf, 1) == 0 && tf.nclblast == 0,
+              "a missing file reads as something");
+  cf_tuning_file_free(&tf);
+  unlink(good);
+  unlink(bad);
+  unlink(again);
+  *strrchr(again, '/') = 0;
+  rmdir(again);
+  rmdir(dir);
+  free(good);
+  free(bad);
+  free(again);
+}
+
 /* n floats in host memory that touch an inaccessible page at their end (at_end) or their start,
  * wrapped in a buffer with CL_MEM_USE_HOST_PTR: on a CPU device (PoCL uses the pointer itself) a
  * kernel that reads or writes outside them faults. */
@@ -373,6 +483,7 @@ static void check_guarded(cf_context *ctx, test_rng *r) {
 }
 
 int main(void) {
+  check_tuning_file();
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(42);
   check_choice(ctx);
