@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Checks that every #include under src/ (and in include/clformer/) points down the layer order.
+"""Checks that every #include under src/ (and in include/clformer/) points down the layer order:
+both forms ("..." and <...> naming one of our folders), as the preprocessor sees them (comments
+blanked, continued lines joined).
 
 The order is read from src/README.md, the one place it is written: the lines of its first fenced block
 read `RANK  FOLDER  description`; a folder may include its own headers and those of lower ranks
@@ -14,7 +16,40 @@ import os
 import re
 import sys
 
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+
+
+def directive_lines(text):
+    """The file's lines as the preprocessor sees them: comments blanked (newlines kept, so line
+    numbers hold), backslash-continued lines joined onto their first line."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif text[i] == '"':  # a string literal: skip it whole, so "/*" inside is not a comment
+            m = re.compile(r'"(\\.|[^"\\\n])*"?').match(text, i)
+            out.append(m.group(0))
+            i = m.end()
+        else:
+            out.append(text[i])
+            i += 1
+    lines, joined = "".join(out).split("\n"), []
+    k = 0
+    while k < len(lines):
+        start, line = k, lines[k]
+        while line.endswith("\\") and k + 1 < len(lines):
+            k += 1
+            line = line[:-1] + lines[k]
+        joined.append((start + 1, line))
+        k += 1
+    return joined
 
 
 def read_order(readme):
@@ -43,25 +78,37 @@ def layer_of(header):
     return m.group(1) if m else None
 
 
+def is_ours(inc, rank):
+    """Whether an #include <...> names one of our headers (a system header is none of our business)."""
+    return inc.startswith("clformer/") or layer_of(inc) in rank
+
+
+def check_include(inc, own, rank):
+    """Why an #include of inc from folder own breaks the order, or None."""
+    to = layer_of(inc)
+    if inc == "clformer/clformer.h":
+        return "the umbrella header is for users; include the layers' headers"
+    if to is None:
+        return "not FOLDER/file.h or clformer/FOLDER.h"
+    if to not in rank:
+        return f"'{to}' is no layer of src/README.md"
+    if to != own and rank[to] >= rank[own]:
+        kind = "a peer" if rank[to] == rank[own] else "above"
+        return f"{own} (rank {rank[own]}) includes {to} (rank {rank[to]}), {kind}"
+    return None
+
+
 def check_file(path, own, rank, shown):
     errors = []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for no, line in enumerate(f, 1):
-            m = INCLUDE.match(line)
-            if not m:
-                continue
-            inc = m.group(1)
-            to = layer_of(inc)
-            where = f"{shown}:{no}: #include \"{inc}\""
-            if inc == "clformer/clformer.h":
-                errors.append(f"{where}: the umbrella header is for users; include the layers' headers")
-            elif to is None:
-                errors.append(f"{where}: not FOLDER/file.h or clformer/FOLDER.h")
-            elif to not in rank:
-                errors.append(f"{where}: '{to}' is no layer of src/README.md")
-            elif to != own and rank[to] >= rank[own]:
-                kind = "a peer" if rank[to] == rank[own] else "above"
-                errors.append(f"{where}: {own} (rank {rank[own]}) includes {to} (rank {rank[to]}), {kind}")
+        text = f.read()
+    for no, line in directive_lines(text):
+        m = INCLUDE.match(line)
+        if not m or (m.group(1) == "<" and not is_ours(m.group(2), rank)):
+            continue
+        why = check_include(m.group(2), own, rank)
+        if why:
+            errors.append(f"{shown}:{no}: #include \"{m.group(2)}\": {why}")
     return errors
 
 

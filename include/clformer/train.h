@@ -72,7 +72,8 @@ typedef enum cf_train_event_kind {
   CF_TRAIN_STARTED,   /* model and data ready: the fields below marked (start) are set */
   CF_TRAIN_LOGGED,    /* a progress row (every train.log_every steps, at evaluations and the last step) */
   CF_TRAIN_TICK,      /* a step between rows (only when hooks.ticks is set): step and steps */
-  CF_TRAIN_DIVERGED,  /* the run diverged at `step`: train_loss and grad_norm (NAN: the validation loss) */
+  CF_TRAIN_DIVERGED,  /* the run diverged at `step`: its train_loss or grad_norm, or (in_validation) its
+                         validation loss, was not finite or too large */
   CF_TRAIN_STOPPED,   /* stopped on request after `step`, its checkpoint saved */
 } cf_train_event_kind;
 
@@ -84,6 +85,7 @@ typedef struct cf_train_event {
   double lr, train_loss, valid_loss, grad_norm;  /* valid_loss NAN: not evaluated at this step */
   double tokens_per_s, elapsed_s, eta_s;
   int checkpoint_step;                           /* DIVERGED: the last good checkpoint's step, 0 if none */
+  int in_validation;                             /* DIVERGED: at the evaluation, valid_loss not finite */
   /* (start) */
   int resumed;                                   /* continuing after `step` */
   double params, device_bytes;

@@ -55,7 +55,7 @@ static void print_row(const cf_train_event *e, const char *label, const char *se
 }
 
 static void print_diverged(const cf_train_event *e, const char *label, const char *sep) {
-  if (isnan(e->train_loss) && isnan(e->grad_norm)) {
+  if (e->in_validation) {
     printf("%s%sstep %d: the validation loss is not finite: the run diverged\n", label, sep, e->step);
     return;
   }

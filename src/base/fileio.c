@@ -39,10 +39,15 @@ cf_status cf_write_file_atomic(const char *path, const void *data, size_t len) {
   size_t plen = strlen(path) + 32;
   char *tmp = malloc(plen);
   if (!tmp) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  /* unique per process and per call: two threads replacing one file never share a temporary */
+  /* unique per process and per call, so two threads replacing one file never share a temporary; a
+   * name a dead process with this pid left behind is skipped */
   static atomic_uint serial;
-  snprintf(tmp, plen, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 1000; tries++) {
+    snprintf(tmp, plen, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     cf_status st = CF_FAIL(CF_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     free(tmp);

@@ -111,13 +111,13 @@ static void apply_clblast(tune_state *s, cl_device_id dev, const cf_tuning_clbla
     names[i] = l->params[i].name;
     values[i] = l->params[i].value;
   }
+  clblast_tuned_mark(dev);  /* before CLBlast takes them, so a hold on another thread never misses it */
   CLBlastStatusCode st = CLBlastOverrideParameters(dev, l->kernel, CLBlastPrecisionSingle, k, names, values);
   if (st != CLBlastSuccess) {
     cf_log(1, "note: tuned CLBlast parameters for %s not applied (CLBlast status %d)", l->kernel, (int)st);
     return;
   }
   cf_log(2, "note: tuned CLBlast parameters for %s applied (%zu values)", l->kernel, k);
-  clblast_tuned_mark(dev);
   size_t len = strlen(s->applied);
   if (k == 1)  /* a single switch (GemmRoutine's XGEMM_MIN_INDIRECT_SIZE): its value says more than its kernel */
     snprintf(s->applied + len, sizeof s->applied - len, "%s%s=%zu", len ? ", " : "", names[0], values[0]);
@@ -186,7 +186,12 @@ int cf_gemm_tune_hold(cf_context *ctx) {
   if (cf_context_ext(ctx, &tune_key) || clblast_tuned_has(ctx->info.device)) return 0;
   if (!tune_file(ctx, path, sizeof path) || !has_clblast_lines(path)) return 0;
   int created;
-  return tune_state_of(ctx, &created) != NULL;  /* created unread: tune_get leaves it so until reload */
+  tune_state *s = tune_state_of(ctx, &created);  /* created unread: tune_get leaves it so until reload */
+  if (s && clblast_tuned_has(ctx->info.device)) {  /* another thread tuned CLBlast meanwhile: read as usual */
+    tune_read(ctx, s);
+    return 0;
+  }
+  return s != NULL;
 }
 
 void cf_gemm_tune_reload(cf_context *ctx) {

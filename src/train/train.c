@@ -64,9 +64,12 @@ static cf_status check_run_dir(const char *dir, int resume) {
   snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", dir);
   cf_run_record rec;
-  if (resume && cf_run_record_read(dir, &rec) == CF_OK && !strcmp(rec.status, "diverged"))
-    return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: this run diverged; there is nothing to resume", dir);
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);  /* an unreadable run.json says nothing against a resume: its checkpoint decides */
+  int diverged_before = resume && cf_run_record_read(dir, &rec) == CF_OK && !strcmp(rec.status, "diverged");
+  cf_set_verbosity(v);
   cf_clear_error();
+  if (diverged_before) return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: this run diverged; there is nothing to resume", dir);
   if (resume && !file_exists(ckpt))
     return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: no checkpoint.safetensors there to resume from", dir);
   if (!resume && (file_exists(ckpt) || file_exists(cfg_path)))
@@ -167,7 +170,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
     if (!isfinite(e.valid_loss)) {
       r->ts.diverged_step = step;
       e.kind = CF_TRAIN_DIVERGED;
-      e.train_loss = e.grad_norm = NAN;
+      e.in_validation = 1;
       emit(r, &e);
       *stop = 1;
       return CF_OK;

@@ -55,6 +55,11 @@ err=$("$bin" train tiny.yaml --resume nowhere 2>&1); rc=$?
 
 err=$("$bin" train tiny.yaml --set train.out=f --set optim.lr=9 --set model.norm=post --set optim.name=sgd --set optim.momentum=0 --quiet 2>&1); rc=$?
 grep -q '"status": "diverged"' f/run.json 2>/dev/null && [[ $rc -eq 3 ]] && ok "divergence is recorded, exit 3" || bad "divergence: rc=$rc $(cat f/run.json 2>/dev/null) $err"
+# a loss and gradient gone NaN: the message names them (not the validation loss) and the checkpoint situation
+out=$("$bin" train tiny.yaml --set train.out=f2 --set optim.lr=10 --set model.norm=post --set optim.name=sgd --set optim.momentum=0 \
+      --set train.checkpoint_every=0 --set train.eval_every=0 --set train.steps=40 --set train.log_every=40 2>&1); rc=$?
+[[ $rc -eq 3 && "$out" == *"nan, gradient norm "*"nan ("*"the run diverged; it diverged before its first checkpoint"* ]] \
+  && ok "a training divergence is reported as one" || bad "divergence message: rc=$rc $out"
 
 "$bin" train tiny.yaml --set train.out=g --set train.steps=100000 --set train.log_every=1 --set train.eval_every=0 \
   --set train.checkpoint_every=0 > g.log 2>&1 &
