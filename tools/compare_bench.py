@@ -9,7 +9,7 @@ the device and software, the copy bandwidth, GEMM medians and peak, the training
 ms, tokens/s, GFLOP/s, start-up, PyTorch's tokens/s and the ratio), then unless --no-details
 every kernel's GB/s (or GFLOP/s for attention), every GEMM shape's GFLOP/s per implementation
 and the step's per-kernel milliseconds. Reads the schema documented at the top of
-src/cmd_bench.c; standard library only.
+src/app/cmd_bench.c; standard library only.
 """
 import json
 import os

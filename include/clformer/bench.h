@@ -17,7 +17,7 @@ struct json_t;
 cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int repeat, FILE *tables,
                         struct json_t *report);
 
-/* `bench step`: a full training step of the config's model; see src/bench_step.c for the method. */
+/* `bench step`: a full training step of the config's model; see src/bench/bench_step.c for the method. */
 typedef struct cf_bench_step_options {
   int steps;              /* timed steps (default 20) */
   int warmup;             /* untimed steps before them, the first included (default 3) */

@@ -1,5 +1,5 @@
 /* Training configuration: the YAML schema (libyaml), defaults, validation and overrides.
- * Every key, its type, default and range is in one table in src/config.c; the README's
+ * Every key, its type, default and range is in one table in src/config/config.c; the README's
  * config reference is printed from the same table (`clformer check --keys`). */
 #ifndef CLFORMER_CONFIG_H
 #define CLFORMER_CONFIG_H

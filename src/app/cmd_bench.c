@@ -95,7 +95,7 @@ static const char *usage =
     "  --json FILE       also write the results as one JSON object to FILE ('-' for stdout; the tables then\n"
     "                    go to stderr): {schema, clformer_version, host, device: {name, platform,\n"
     "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
-    "                    documented at the top of src/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
+    "                    documented at the top of src/app/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
     "  --repeat N        timed samples, the median reported: per kernel (`kernels`, default 20), per\n"
     "                    GEMM shape and implementation (`gemm`, default 11)\n"
     "  --only NAMES      `kernels`: only the kernels whose name contains one of NAMES (comma-separated)\n"

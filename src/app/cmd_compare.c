@@ -21,8 +21,11 @@ static const char *usage =
     "  seeds:       seeds per variant (default 1; --seeds overrides); seed k uses base seed + k\n"
     "  out:         output directory (default runs/<config name>; --out overrides)\n"
     "\n"
+    "  --seeds N       seeds per variant (overrides the file's seeds)\n"
     "  --only NAME     run just this variant (the summary covers every run present)\n"
     "  --set KEY=VALUE override a key of the base (repeatable); a variant's own set still wins\n"
+    "  --device SPEC   OpenCL device (default: $CLFORMER_DEVICE, then the base config's, then auto)\n"
+    "  --out DIR       output directory (overrides the file's out)\n"
     "  --log-steps     log-scaled step axis in curves.svg\n"
     "  --report-only   train nothing; rewrite the summary from the runs present\n";
 

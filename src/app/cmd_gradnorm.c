@@ -15,7 +15,12 @@ static const char *usage =
     "  depths:      list of layer counts, e.g. [6, 12, 18, 24]\n"
     "  placements:  list of post and/or pre (default [post, pre])\n"
     "  seeds:       initialisations per (placement, depth) (default 3)\n"
-    "  out:         output directory (default runs/<config name>)\n";
+    "  out:         output directory (default runs/<config name>)\n"
+    "\n"
+    "  --seeds N       initialisations (overrides the file's seeds)\n"
+    "  --set KEY=VALUE override a key of the base (repeatable; model.layers is the depths' to set)\n"
+    "  --device SPEC   OpenCL device (default: $CLFORMER_DEVICE, then the base config's, then auto)\n"
+    "  --out DIR       output directory (overrides the file's out)\n";
 
 /* One line per finished initialisation, rewritten in place on a terminal. */
 static void show_progress(void *user, int done, int total, const char *what, double elapsed_s, double eta_s) {

@@ -12,10 +12,13 @@ static const char *usage =
     "                        [--seed S] [--device SPEC]\n"
     "\n"
     "Generates N bytes (default 200) after the prompt from RUN_DIR/checkpoint.safetensors.\n"
+    "  --prompt TEXT     the text to continue (default: none, a new line)\n"
+    "  --tokens N        bytes to generate (default 200; -n N)\n"
     "  --temperature T   divide logits by T (default 0.8; 0 = greedy)\n"
     "  --top-k K         sample among the K most likely bytes (default 0 = all)\n"
     "  --top-p P         nucleus sampling: the smallest set with probability >= P (default 1)\n"
-    "  --seed S          sampling seed (default 1)\n";
+    "  --seed S          sampling seed (default 1)\n"
+    "  --device SPEC     OpenCL device (default: $CLFORMER_DEVICE, then the run's config, then auto)\n";
 
 /* Sampling options from argv into o (and the run, prompt, tokens, device): 0, or the exit code. */
 static int parse_args(int argc, char **argv, const char **dir, const char **prompt, int *tokens, const char **device,

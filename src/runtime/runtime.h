@@ -41,7 +41,7 @@ void *cf_context_ext(const cf_context *ctx, const void *key);
 /* Store state under key (replacing none: one slot per key); free_fn runs at cf_context_free. */
 cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_context_ext_free_fn free_fn);
 
-/* Cache housekeeping (src/cache.c): mark an entry used (a hit), and prune with the default limits
+/* Cache housekeeping (src/runtime/cache.c): mark an entry used (a hit), and prune with the default limits
  * (after a write). */
 void cf_cache_touch(const char *path);
 void cf_cache_prune_default(const char *dir);
