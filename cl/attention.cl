@@ -1,6 +1,6 @@
 // Causal multi-head self-attention: the layout kernels around the batched GEMMs, the softmax
 // (forward, and backward fused into one kernel) and the regeneration of the dropout mask.
-// The GEMMs themselves (q.k^T, P.v and their gradients) run in CLBlast; see src/attention.c.
+// The GEMMs themselves (q.k^T, P.v and their gradients) run in CLBlast; see src/ops/attention.c.
 // Every pointer comes with an element offset. Flat indices are int: tensors < 2^31 elements.
 #include "philox.clh"
 #include "dropout.clh"
@@ -93,7 +93,7 @@ __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global 
 // On CPUs (PoCL runs barriers and per-row work-groups slowly) the softmax kernels take one row
 // (b, h, t) per work-item instead, walking it with 16-float vectors; same arguments, same
 // results up to the order of the sums (fixed, so still deterministic). The host launches
-// B*NH*T items (src/attention.c).
+// B*NH*T items (src/ops/attention.c).
 
 #define ATT_LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 

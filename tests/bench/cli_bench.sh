@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `clformer bench`: step, kernels --only, gemm --repeat and --json produce well-formed JSON with the documented
-# fields (schema at the top of src/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
+# fields (schema at the top of src/app/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
 # refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
 bin=$1; src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"

@@ -1,5 +1,5 @@
 /* Optimizers (Adam, AdamW, SGD), global and segment norms, clipping: device against the double
- * references in src/ref_optimizer.c, fed the same float state the device saw at every step. */
+ * references in src/ref/ref_optimizer.c, fed the same float state the device saw at every step. */
 #include <math.h>
 #include <string.h>
 #include "clformer/ops.h"
