@@ -105,7 +105,7 @@ typedef struct cf_train_hooks {
 } cf_train_hooks;
 
 typedef struct cf_train_options {
-  const char *resume_dir;   /* continue the run in this directory (its checkpoint) */
+  const char *resume_dir;   /* continue the run in this directory (its checkpoint; none yet: from step 0) */
   const char *label;        /* this run's name in its events (a comparison's variant); NULL: none */
   long eta_extra_steps;     /* steps of other runs after this one (a comparison), for a combined ETA */
   cf_train_hooks hooks;
@@ -119,7 +119,11 @@ typedef struct cf_train_result {
 } cf_train_result;
 
 /* Run (or resume) training as the config says, into cfg->train.out. A diverged run is not an
- * error: it returns CF_OK with state.diverged_step set and the last good checkpoint kept. */
+ * error: it returns CF_OK with state.diverged_step set and the last good checkpoint kept. The run
+ * directory is locked (its run.lock) for the call: one that another process is using is refused
+ * at once (CF_ERR_CONFIG, naming that process). Temporaries a killed run's writes left there are
+ * removed. A resume of a run that stopped before its first checkpoint starts it again from step 0
+ * if its config.yaml is this config. */
 cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options *opts, cf_train_result *res);
 
 /* One optimizer step on one batch (B*T inputs and targets): forward with dropout, backward, the

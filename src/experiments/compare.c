@@ -113,16 +113,6 @@ static void free_run(run_rec *r) {
   free(r->valid);
 }
 
-static void remove_leftovers(const char *dir) {
-  /* a run that stopped before its first checkpoint: only our own logs to clear, nothing to keep */
-  const char *files[] = {"metrics.csv", "config.yaml"};
-  for (int i = 0; i < 2; i++) {
-    char p[2200];
-    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-    unlink(p);
-  }
-}
-
 /* The index of the variant named `only` (-1 for NULL: all of them). */
 static cf_status find_variant(const spec *s, const char *only, int *index) {
   *index = -1;
@@ -167,8 +157,9 @@ static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_opti
   }
   if (strlen(dir) >= sizeof c.train.out) return CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", dir);
   memcpy(c.train.out, dir, strlen(dir) + 1);
-  int resume = exists(dir, "checkpoint.safetensors");
-  if (!resume) remove_leftovers(dir);
+  /* a run there (check_run found it of this variant) is resumed: from its checkpoint, or from step 0
+   * when it stopped before the first one (cf_train decides that, holding the directory's lock) */
+  int resume = exists(dir, "checkpoint.safetensors") || exists(dir, "config.yaml");
   *remaining -= c.train.steps;
   cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = *remaining,
                          .hooks = o->hooks};

@@ -14,27 +14,23 @@ enum { COL_STEP, COL_LR, COL_TRAIN, COL_VALID, COL_GNORM, COL_TPS, COL_WALL, NCO
 static const char *const col_names[NCOLS] = {"step", "lr", "train_loss", "valid_loss", "grad_norm", "tokens_per_s",
                                              "wall_s"};
 
-/* Rewrite path keeping its header and the rows of steps <= after_step (atomically). */
+/* Rewrite path keeping its header and the rows of steps <= after_step, atomically (a temporary
+ * named as every atomic write's, which a later run removes if this one is killed mid-write). */
 static int keep_rows_through(const char *path, int after_step) {
-  char *text;
+  char *text, *buf = NULL;
+  size_t len = 0;
   if (cf_read_file(path, &text, NULL) != CF_OK) return -1;
-  char tmp[2200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *out = fopen(tmp, "w");
-  if (!out) { free(text); return -1; }
-  errno = 0;
+  FILE *out = open_memstream(&buf, &len);
+  if (!out) { free(text); errno = ENOMEM; return -1; }
   fputs(metrics_header, out);
   char *save, *line = strtok_r(text, "\n", &save);
   for (line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
     if (atoi(line) <= after_step) fprintf(out, "%s\n", line);
   free(text);
-  if (fclose(out) != 0 || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    errno = e;
-    return -1;
-  }
-  return 0;
+  int bad = fclose(out) != 0 || cf_write_file_atomic(path, buf, len) != CF_OK;
+  free(buf);
+  if (bad && !errno) errno = EIO;
+  return bad ? -1 : 0;
 }
 
 FILE *cf_metrics_open(const char *dir, int after_step) {
@@ -43,7 +39,10 @@ FILE *cf_metrics_open(const char *dir, int after_step) {
   struct stat sb;
   if (after_step > 0 && stat(path, &sb) == 0) return keep_rows_through(path, after_step) ? NULL : fopen(path, "a");
   FILE *f = fopen(path, "w");
-  if (f) fputs(metrics_header, f);
+  if (f) {
+    fputs(metrics_header, f);
+    fflush(f);  /* a run killed before its first row leaves a file that is recognisably ours */
+  }
   return f;
 }
 

@@ -12,6 +12,7 @@
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 #include "train/records.h"
+#include "train/rundir.h"
 
 static int file_exists(const char *path) {
   struct stat sb;
@@ -57,19 +58,62 @@ cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int 
   return cf_model_add_loss(m, loss_acc);
 }
 
-/* Whether dir may take this run: a resume needs a checkpoint of a run that did not diverge; a
- * fresh run never overwrites one. */
-static cf_status check_run_dir(const char *dir, int resume) {
+/* The first key in which the run's saved config differs from cfg, as an error (only train.steps
+ * and the train.*_every/eval_batches/out keys may change). */
+static cf_status same_config(const char *dir, const cf_config *saved, const cf_config *cfg) {
+  char key[64], was[1100], now[1100];
+  if (cf_config_first_difference(saved, cfg, key, was, now))
+    return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: %s was %s in this run and is %s now; a resumed run keeps its "
+                   "config (only train.steps and the train.*_every/eval_batches/out keys may change)", dir, key, was, now);
+  return CF_OK;
+}
+
+/* --resume of a run that stopped before its first checkpoint: it starts again from step 0 when its
+ * config.yaml is this run's config and its metrics.csv, if any, is ours (nothing else is rewritten). */
+static cf_status check_restart(const char *dir, const cf_config *cfg) {
+  char path[2100];
+  snprintf(path, sizeof path, "%s/config.yaml", dir);
+  cf_config saved;
+  cf_config_defaults(&saved);
+  cf_metrics_row *rows = NULL;
+  int n = 0, v = cf_verbosity();
+  cf_set_verbosity(-1);
+  cf_status ps = cf_config_load(&saved, path);
+  if (ps == CF_OK) ps = cf_config_validate(&saved);
+  snprintf(path, sizeof path, "%s/metrics.csv", dir);
+  struct stat sb;  /* an empty one holds nothing to lose (a run killed before it wrote the header) */
+  cf_status ms = stat(path, &sb) == 0 && sb.st_size > 0 ? cf_metrics_read(dir, &rows, &n) : CF_OK;
+  free(rows);
+  cf_set_verbosity(v);
+  cf_clear_error();
+  if (ps != CF_OK)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: no checkpoint.safetensors there, and its config.yaml is not a "
+                   "clformer config", dir);
+  CF_TRY(same_config(dir, &saved, cfg));
+  if (ms != CF_OK)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: no checkpoint.safetensors there, and its metrics.csv is not a "
+                   "clformer metrics file (move it away to start this run again)", dir);
+  return CF_OK;
+}
+
+/* Whether dir may take this run: a resume needs a run that did not diverge, with a checkpoint or
+ * (*restart set: it starts again from step 0) stopped before its first one, which it shows by
+ * having config.yaml but neither a checkpoint nor run.json (a run that ended wrote both); a fresh
+ * run never overwrites one. */
+static cf_status check_run_dir(const char *dir, const cf_config *cfg, int resume, int *restart) {
   char ckpt[2100], cfg_path[2100];
   snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", dir);
   cf_run_record rec;
   int v = cf_verbosity();
   cf_set_verbosity(-1);  /* an unreadable run.json says nothing against a resume: its checkpoint decides */
-  int diverged_before = resume && cf_run_record_read(dir, &rec) == CF_OK && !strcmp(rec.status, "diverged");
+  cf_status rs = resume ? cf_run_record_read(dir, &rec) : CF_ERR_NOT_FOUND;
+  int diverged_before = rs == CF_OK && !strcmp(rec.status, "diverged");
   cf_set_verbosity(v);
   cf_clear_error();
+  *restart = resume && !file_exists(ckpt) && file_exists(cfg_path) && rs == CF_ERR_NOT_FOUND;
   if (diverged_before) return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: this run diverged; there is nothing to resume", dir);
+  if (*restart) return check_restart(dir, cfg);
   if (resume && !file_exists(ckpt))
     return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: no checkpoint.safetensors there to resume from", dir);
   if (!resume && (file_exists(ckpt) || file_exists(cfg_path)))
@@ -93,10 +137,7 @@ static cf_status resume_from(cf_model *m, const cf_config *cfg, const char *dir,
   free(saved_yaml);
   if (ps == CF_OK) ps = cf_config_validate(&saved);
   if (ps != CF_OK) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: the config stored in it is unreadable", ckpt);
-  char key[64], was[1100], now[1100];
-  if (cf_config_first_difference(&saved, cfg, key, was, now))
-    return CF_FAIL(CF_ERR_CHECKPOINT, "--resume %s: %s was %s in this run and is %s now; a resumed run keeps its "
-                   "config (only train.steps and the train.*_every/eval_batches/out keys may change)", dir, key, was, now);
+  CF_TRY(same_config(dir, &saved, cfg));
   if (ts->step >= cfg->train.steps)
     return CF_FAIL(CF_ERR_CONFIG, "--resume %s: the run already has %d steps; raise train.steps (now %d) to continue it",
                    dir, ts->step, cfg->train.steps);
@@ -118,6 +159,8 @@ typedef struct run {
   cf_train_state ts;
   double t_start, t_last, wall0;
   int last_row_step, start_step;
+  int lock_fd;             /* the run directory's lock (rundir.h), -1 when not held */
+  int from_checkpoint;     /* a resume that loads a checkpoint (not one restarting from step 0) */
   cf_train_result *res;
 } run;
 
@@ -130,7 +173,7 @@ static void emit(const run *r, cf_train_event *e) {
 
 static void emit_started(const run *r) {
   const cf_config *cfg = r->cfg;
-  cf_train_event e = {.kind = CF_TRAIN_STARTED, .step = r->ts.step, .resumed = r->opts->resume_dir != NULL,
+  cf_train_event e = {.kind = CF_TRAIN_STARTED, .step = r->ts.step, .resumed = r->from_checkpoint,
                       .params = (double)cf_model_num_params(r->m), .device_bytes = (double)cf_model_device_bytes(r->m),
                       .train_bytes = r->data.n_train, .valid_bytes = r->data.n_valid,
                       .unigram_entropy = r->data.unigram_entropy, .cfg = cfg,
@@ -253,12 +296,8 @@ static cf_status prepare(run *r) {
   CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, cfg->data.batch_size, cfg->data.seq_len, &r->m));
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
   r->ts = (cf_train_state){0, INFINITY, 0, 0, 0};
-  if (r->opts->resume_dir) {
-    CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts));
-  } else {
-    if (cf_mkdirs(r->dir) != CF_OK) return CF_FAIL(CF_ERR_CONFIG, "train.out: %s", cf_last_error());
-    CF_TRY(cf_model_init(r->m, cfg->seed));
-  }
+  if (r->from_checkpoint) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts));
+  else CF_TRY(cf_model_init(r->m, cfg->seed));
   char cfg_path[2100];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", r->dir);
   CF_TRY(write_text(cfg_path, cfg));
@@ -267,16 +306,34 @@ static cf_status prepare(run *r) {
   return CF_OK;
 }
 
+/* The run directory, created for a fresh run and locked for this one (another process holding it
+ * is refused at once); checked; cleared of the temporaries a killed run's writes left. */
+static cf_status open_run_dir(run *r) {
+  int resume = r->opts->resume_dir != NULL, restart = 0;
+  char cfg_path[2100];
+  snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", r->dir);
+  if (!resume && cf_mkdirs(r->dir) != CF_OK) return CF_FAIL(CF_ERR_CONFIG, "train.out: %s", cf_last_error());
+  /* a resume of a directory that holds no run is refused below without leaving a lock file there */
+  if (!resume || file_exists(r->ckpt) || file_exists(cfg_path)) CF_TRY(cf_run_dir_lock(r->dir, &r->lock_fd));
+  CF_TRY(check_run_dir(r->dir, r->cfg, resume, &restart));
+  r->from_checkpoint = resume && !restart;
+  if (restart)
+    cf_log(1, "%s holds no checkpoint: its run stopped before the first one; starting it again from step 0", r->dir);
+  int n = cf_run_dir_remove_stale(r->dir);
+  if (n) cf_log(1, "%s: removed %d stale temporar%s left by a killed run", r->dir, n, n == 1 ? "y" : "ies");
+  return CF_OK;
+}
+
 cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options *opts_in, cf_train_result *res) {
   cf_train_options opts = opts_in ? *opts_in : (cf_train_options){0};
   memset(res, 0, sizeof *res);
   res->final_valid = res->final_train = NAN;
-  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res};
+  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res, .lock_fd = -1};
   r.dir = opts.resume_dir ? opts.resume_dir : cfg->train.out;
   snprintf(r.ckpt, sizeof r.ckpt, "%s/checkpoint.safetensors", r.dir);
-  CF_TRY(check_run_dir(r.dir, opts.resume_dir != NULL));
   CF_TRY(cf_data_open(&r.data, cfg));
-  cf_status st = prepare(&r);
+  cf_status st = open_run_dir(&r);
+  if (st == CF_OK) st = prepare(&r);
   if (st == CF_OK) {
     emit_started(&r);
     r.t_start = r.t_last = cf_now();
@@ -292,5 +349,6 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   cf_data_close(&r.data);
   free(r.in);
   free(r.tg);
+  cf_run_dir_unlock(r.lock_fd);
   return st;
 }
