@@ -65,11 +65,23 @@ typedef struct cf_config {
 /* The defaults (the README documents them). */
 void cf_config_defaults(cf_config *c);
 
-/* Load a YAML file over the defaults. On bad input: a message with file:line:column and the key
- * (unknown keys get a "did you mean"), and CF_ERR_CONFIG. */
+/* Load a YAML file over the defaults: a regular file of at most CF_CONFIG_MAX_BYTES (a directory,
+ * FIFO or device is refused without blocking). On bad input: a message with file:line:column and
+ * the key (unknown keys get a "did you mean"; an experiment file's keys, the command that runs it),
+ * and CF_ERR_CONFIG. */
 cf_status cf_config_load(cf_config *c, const char *path);
 /* Same from a string (`origin` names it in messages). */
 cf_status cf_config_load_string(cf_config *c, const char *yaml, const char *origin);
+
+/* The most bytes a config (or experiment) file may hold; larger files are refused unread. */
+#define CF_CONFIG_MAX_BYTES ((size_t)1 << 20)
+
+/* What a YAML file is, by its top-level keys: a training config, a comparison (`clformer compare`:
+ * variants, target_loss or plateau_after), a gradnorm file (`clformer gradnorm`: depths or
+ * placements), or an experiment file that says neither (base: alone). */
+typedef enum cf_file_kind { CF_FILE_CONFIG, CF_FILE_COMPARISON, CF_FILE_GRADNORM, CF_FILE_EXPERIMENT } cf_file_kind;
+/* Read path (as cf_config_load does: a regular file, bounded, well-formed YAML) and say which. */
+cf_status cf_config_file_kind(const char *path, cf_file_kind *kind);
 
 /* Make relative data paths relative to the directory of the file at `path`. */
 cf_status cf_config_resolve_paths(cf_config *c, const char *path);
@@ -78,6 +90,10 @@ cf_status cf_config_resolve_paths(cf_config *c, const char *path);
 cf_status cf_config_set(cf_config *c, const char *assignment);
 /* Set a dotted key from a string value; `where` names the origin in messages. */
 cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, const char *where);
+
+/* Where key was last set, for messages: "file:line:col: key", "--set key", or just "key" (a
+ * default); into buf, which is returned. */
+const char *cf_config_key_where(const cf_config *c, const char *key, char *buf, size_t n);
 
 /* Cross-key checks (heads divides d_model, ...) and derived defaults. Call after loading and
  * overrides, before any work. */

@@ -24,10 +24,15 @@ typedef struct cf_data {
 
 enum { CF_SPLIT_TRAIN = 0, CF_SPLIT_VALID = 1 };
 
-/* Open data.train (and data.valid, or split off the last valid_fraction). Each split must hold
- * at least seq_len + 1 bytes; CF_ERR_DATA with a clear message otherwise. */
+/* Open data.train (and data.valid, or split off the last valid_fraction): regular files only (a
+ * directory, FIFO or device is refused without blocking), not empty. Each split must hold at least
+ * seq_len + 1 bytes; CF_ERR_DATA with a clear message otherwise (where the config set the key, which
+ * split is short and what to change). */
 cf_status cf_data_open(cf_data *d, const cf_config *c);
 void cf_data_close(cf_data *d);
+/* Whether cf_data_open would accept c's data (opened, then closed): what `clformer check` and the
+ * experiments' checks call, so they refuse exactly what training refuses. */
+cf_status cf_data_check(const cf_config *c);
 
 /* Batch number `index` of a split: B windows of T+1 consecutive bytes at offsets drawn from
  * (seed, split, index); inputs are bytes 0..T-1 and targets 1..T of each window, (B, T) ints. */

@@ -29,6 +29,13 @@ typedef struct cf_compare_options {
  * signal (its checkpoint saved); the report is still written. */
 cf_status cf_compare(const cf_compare_options *opts, int *interrupted);
 
+/* Checks a comparison file as cf_compare reads it, the --set overrides on its base, without training:
+ * every variant resolved and validated, and the data of the base and of every variant opened as
+ * training opens it (cf_data_check). On success writes a summary line and each variant's resolved
+ * config (a YAML document each) to report (NULL: nothing). CF_ERR_CONFIG or CF_ERR_DATA, reported,
+ * otherwise. */
+cf_status cf_compare_check(const char *path, char **sets, int nsets, FILE *report);
+
 typedef struct cf_gradnorm_options {
   const char *path;
   char **sets;
@@ -41,5 +48,9 @@ typedef struct cf_gradnorm_options {
 } cf_gradnorm_options;
 /* Writes OUT/gradnorm.md, gradnorm.json and gradnorm.svg. */
 cf_status cf_gradnorm(const cf_gradnorm_options *opts);
+/* Checks a gradnorm file as cf_gradnorm reads it, the --set overrides on its base, without a device:
+ * the model of every placement and depth validated, the base's data opened. On success writes a
+ * summary line and the resolved base config to report (NULL: nothing). */
+cf_status cf_gradnorm_check(const char *path, char **sets, int nsets, FILE *report);
 
 #endif

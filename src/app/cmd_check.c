@@ -1,8 +1,10 @@
-/* `clformer check CONFIG`: validate a config (with --set overrides) and print it fully resolved. */
-#include <errno.h>
+/* `clformer check CONFIG`: validate a config (with --set overrides) and print it fully resolved; a
+ * comparison or gradnorm file is checked whole, as `compare` and `gradnorm` read it. */
 #include <string.h>
 #include "app/cli.h"
 #include "clformer/config.h"
+#include "clformer/data.h"
+#include "clformer/experiments.h"
 #include "config/config_yaml.h"
 #include "runtime/runtime.h"
 
@@ -11,8 +13,10 @@ static const char *usage =
     "       clformer check --keys\n"
     "\n"
     "Validates a training config and prints it fully resolved (every key, defaults filled in), as YAML\n"
-    "that `train` accepts; checks that its data files can be opened. Errors name file:line:column and\n"
-    "the key; the exit code is then 2.\n"
+    "that `train` accepts; opens its data as `train` does (so a config check passes is one train starts\n"
+    "with). A comparison file (variants:) or a gradnorm file (depths:) is checked as `compare` or\n"
+    "`gradnorm` reads it: every variant or depth resolved and validated, its data opened; --set then\n"
+    "overrides the base. Errors name file:line:column and the key; the exit code is then 2.\n"
     "\n"
     "  --set KEY=VALUE   override a key, e.g. --set model.norm=post (repeatable)\n"
     "  --keys            print every key with its default and meaning (Markdown)\n";
@@ -70,20 +74,20 @@ int cmd_check(int argc, char **argv) {
     else return cf_cli_unexpected("check", argc, argv, i, usage);
   }
   if (!path) { fprintf(stderr, "clformer check: a CONFIG file is required\n\n%s", usage); return 2; }
+  cf_file_kind kind;
+  if (cf_config_file_kind(path, &kind) != CF_OK) return 2;
+  if (kind == CF_FILE_COMPARISON) return cf_exit_code(cf_compare_check(path, sets, nsets, stdout));
+  if (kind == CF_FILE_GRADNORM) return cf_exit_code(cf_gradnorm_check(path, sets, nsets, stdout));
+  if (kind == CF_FILE_EXPERIMENT) {
+    fprintf(stderr, "clformer: error: %s: an experiment file (it has base:) needs variants: (a comparison, run with "
+                    "`clformer compare`) or depths: (run with `clformer gradnorm`)\n", path);
+    return 2;
+  }
   cf_config c;
   int rc = cf_cli_load_config(&c, path, sets, nsets);
   if (rc) return rc;
-  /* the data files too, so that a config `check` passes is one `train` starts with */
-  const char *files[2][2] = {{"data.train", c.data.train}, {"data.valid", c.data.valid}};
-  for (int i = 0; i < 2; i++) {
-    if (!files[i][1][0]) continue;
-    FILE *f = fopen(files[i][1], "rb");
-    if (!f) {
-      fprintf(stderr, "clformer: error: %s: %s '%s': %s\n", path, files[i][0], files[i][1], strerror(errno));
-      return 2;
-    }
-    fclose(f);
-  }
+  /* the data as `train` opens it, so that a config `check` passes is one `train` starts with */
+  if (cf_data_check(&c) != CF_OK) return 2;
   printf("# %s: valid\n", path);
   cf_config_write(&c, stdout);
   return 0;

@@ -58,6 +58,16 @@ unsigned long long cf_hash64(unsigned long long h, const void *data, size_t n);
 
 /* Read a whole file; *text is malloc'd and NUL-terminated. */
 cf_status cf_read_file(const char *path, char **text, size_t *len);
+/* Open path read-only if, and only if, it is a regular file: stat first, then open with O_NONBLOCK
+ * (so a FIFO put in its place never blocks) and fstat again. Returns the descriptor (blocking again)
+ * with the file's size in *size, or -1 with *why saying why not ("it is a directory, not a regular
+ * file", "it is a FIFO (named pipe), ...", strerror's text); reports nothing. */
+int cf_open_regular(const char *path, size_t *size, const char **why);
+/* cf_read_file for the user's input: a regular file of at most max_bytes (NUL-terminated, *len
+ * bytes). Anything else is reported as `status` with the reason: "cannot open PATH: it is a
+ * directory, not a regular file", "PATH: too large for a WHAT (N bytes; at most M)". */
+cf_status cf_read_regular_file(const char *path, size_t max_bytes, const char *what, cf_status status, char **text,
+                               size_t *len);
 /* Write a file atomically: a temporary beside it, fsync, rename. */
 cf_status cf_write_file_atomic(const char *path, const void *data, size_t len);
 /* The median of v[0..n) (sorting v in place; NaN when n == 0): the benchmarks' statistic. */

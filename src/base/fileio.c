@@ -1,4 +1,5 @@
-/* Small file helpers: whole-file read, atomic write (temporary, fsync, rename), mkdir -p. */
+/* Small file helpers: whole-file read (bounded, regular files only, where the file is the user's
+ * input), atomic write (temporary, fsync, rename), mkdir -p. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
@@ -26,9 +27,80 @@ cf_status cf_read_file(const char *path, char **text, size_t *len) {
     n += got;
     if (got == 0) break;
   }
-  int bad = ferror(f);
+  int bad = ferror(f), err = errno;
   fclose(f);
-  if (bad) { free(buf); return CF_FAIL(CF_ERR_IO, "error reading %s", path); }
+  if (bad) { free(buf); return CF_FAIL(CF_ERR_IO, "error reading %s: %s", path, strerror(err)); }
+  buf[n] = 0;
+  *text = buf;
+  if (len) *len = n;
+  return CF_OK;
+}
+
+/* Why a file of this mode is not one to read as text or data. */
+static const char *not_regular(mode_t m) {
+  if (S_ISDIR(m)) return "it is a directory, not a regular file";
+  if (S_ISFIFO(m)) return "it is a FIFO (named pipe), not a regular file";
+  if (S_ISCHR(m)) return "it is a character device, not a regular file";
+  if (S_ISBLK(m)) return "it is a block device, not a regular file";
+  if (S_ISSOCK(m)) return "it is a socket, not a regular file";
+  return "it is not a regular file";
+}
+
+int cf_open_regular(const char *path, size_t *size, const char **why) {
+  struct stat sb;
+  *size = 0;
+  if (stat(path, &sb) != 0) { *why = strerror(errno); return -1; }
+  if (!S_ISREG(sb.st_mode)) { *why = not_regular(sb.st_mode); return -1; }
+  /* O_NONBLOCK: a FIFO swapped in after the stat opens at once (and is refused by the fstat) */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) { *why = strerror(errno); return -1; }
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    *why = S_ISREG(sb.st_mode) ? strerror(errno) : not_regular(sb.st_mode);
+    close(fd);
+    return -1;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  *size = (size_t)sb.st_size;
+  return fd;
+}
+
+cf_status cf_read_regular_file(const char *path, size_t max_bytes, const char *what, cf_status status, char **text,
+                               size_t *len) {
+  *text = NULL;
+  if (len) *len = 0;
+  const char *why = NULL;
+  size_t size;
+  int fd = cf_open_regular(path, &size, &why);
+  if (fd < 0) return CF_FAIL(status, "cannot open %s: %s", path, why);
+  if (size > max_bytes) {
+    close(fd);
+    return CF_FAIL(status, "%s: too large for a %s (%zu bytes; at most %zu)", path, what, size, max_bytes);
+  }
+  /* the size is a hint: a file may grow while read, and /proc's files say 0; the bound holds anyway */
+  size_t cap = size + 1, n = 0;
+  char *buf = malloc(cap + 1);
+  int err = 0;
+  while (buf && !err) {
+    if (n == cap) {
+      if (cap > max_bytes) break;
+      size_t grown = cap > max_bytes / 2 ? max_bytes + 1 : cap * 2;
+      char *g = realloc(buf, grown + 1);
+      if (!g) { free(buf); buf = NULL; break; }
+      buf = g;
+      cap = grown;
+    }
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno != EINTR) err = errno;
+    if (got == 0) break;
+    if (got > 0) n += (size_t)got;
+  }
+  close(fd);
+  cf_status st = CF_OK;
+  if (!buf) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory reading %s", path);
+  else if (err) st = CF_FAIL(status, "error reading %s: %s", path, strerror(err));
+  else if (n > max_bytes) st = CF_FAIL(status, "%s: too large for a %s (more than %zu bytes)", path, what, max_bytes);
+  if (st != CF_OK) { free(buf); return st; }
   buf[n] = 0;
   *text = buf;
   if (len) *len = n;

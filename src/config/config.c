@@ -81,6 +81,14 @@ static const key_spec *find_key(const char *key) {
   return NULL;
 }
 
+/* The first key of the section `name` ("model" -> model.norm); NULL when no key starts with "name.". */
+static const key_spec *section_first(const char *name) {
+  size_t n = strlen(name);
+  for (size_t i = 0; i < NKEYS; i++)
+    if (!strncmp(keys[i].key, name, n) && keys[i].key[n] == '.') return &keys[i];
+  return NULL;
+}
+
 /* Edit distance, for "did you mean". */
 static int distance(const char *a, const char *b) {
   size_t n = strlen(a), m = strlen(b);
@@ -226,13 +234,33 @@ static cf_status set_value_raw(cf_config *c, const key_spec *k, const char *valu
   return CF_ERR_INVALID_ARG;
 }
 
+/* The experiment a top-level key belongs to; CF_FILE_CONFIG for any other key. `base` alone does not
+ * say which (CF_FILE_EXPERIMENT). */
+static cf_file_kind experiment_key(const char *key) {
+  if (!strcmp(key, "base")) return CF_FILE_EXPERIMENT;
+  if (!strcmp(key, "variants") || !strcmp(key, "target_loss") || !strcmp(key, "plateau_after")) return CF_FILE_COMPARISON;
+  if (!strcmp(key, "depths") || !strcmp(key, "placements")) return CF_FILE_GRADNORM;
+  return CF_FILE_CONFIG;
+}
+
+/* "'key' belongs to ..." with the command that runs such a file. */
+static cf_status belongs(const char *where, const char *key, cf_file_kind kind) {
+  if (kind == CF_FILE_COMPARISON)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a comparison file: run it with `clformer compare`", where, key);
+  if (kind == CF_FILE_GRADNORM)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a gradnorm file: run it with `clformer gradnorm`", where, key);
+  return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to an experiment file: one with variants: runs with `clformer "
+                 "compare`, one with depths: with `clformer gradnorm`", where, key);
+}
+
 cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, const char *where) {
   const key_spec *k = find_key(key);
   if (!k) {
-    if (!strcmp(key, "base") || !strcmp(key, "variants") || !strcmp(key, "target_loss") || !strcmp(key, "plateau_after"))
-      return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a comparison file: run it with `clformer compare`", where, key);
-    if (!strcmp(key, "depths") || !strcmp(key, "placements"))
-      return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' belongs to a gradnorm file: run it with `clformer gradnorm`", where, key);
+    if (experiment_key(key) != CF_FILE_CONFIG) return belongs(where, key, experiment_key(key));
+    const key_spec *first = section_first(key);
+    if (first)
+      return CF_FAIL(CF_ERR_CONFIG, "%s: '%s' is a section, not a key: set one of its keys, e.g. %s=%s", where, key,
+                     first->key, first->def[0] ? first->def : "...");
     char section[32];
     const char *s = suggest(key, section);
     if (s) return CF_FAIL(CF_ERR_CONFIG, "%s: unknown key '%s' (did you mean '%s'?)", where, key, s);
@@ -280,16 +308,16 @@ static cf_status walk(cf_config *c, yaml_document_t *doc, yaml_node_t *node, con
     char key[256];
     snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", (const char *)kn->data.scalar.value);
     const key_spec *k = find_key(key);
-    if (vn->type == YAML_MAPPING_NODE && !k) {
-      /* a section: only if some key starts with "key." */
-      int section = 0;
-      size_t n = strlen(key);
-      for (size_t i = 0; i < NKEYS; i++) section |= !strncmp(keys[i].key, key, n) && keys[i].key[n] == '.';
-      if (!section) return cf_config_set_key(c, key, "", where);  /* reports unknown key */
+    const key_spec *first = k ? NULL : section_first(key);
+    if (first && vn->type != YAML_MAPPING_NODE)
+      return CF_FAIL(CF_ERR_CONFIG, "%s: %s: expected a mapping of %s.* keys (e.g. %s: {%s: %s}), not a %s", where, key,
+                     key, key, first->key + strlen(key) + 1, first->def[0] ? first->def : "...",
+                     vn->type == YAML_SEQUENCE_NODE ? "list" : "single value");
+    if (first) {
       CF_TRY(walk(c, doc, vn, key, origin));
       continue;
     }
-    if (!k) return cf_config_set_key(c, key, "", where);
+    if (!k) return cf_config_set_key(c, key, "", where);  /* reports the unknown key */
     mark_where(where, sizeof where, origin, vn->start_mark);
     if (k->kind == K_PAIR) {
       if (vn->type != YAML_SEQUENCE_NODE || vn->data.sequence.items.top - vn->data.sequence.items.start != 2)
@@ -331,22 +359,60 @@ static cf_status parse_document(const char *text, const char *origin, yaml_docum
   return st;
 }
 
+/* A config or experiment file's text: a regular file (never a FIFO or device, which could block or
+ * never end) of at most CF_CONFIG_MAX_BYTES, without NUL bytes. */
+static cf_status read_config_file(const char *path, char **text) {
+  size_t len;
+  CF_TRY(cf_read_regular_file(path, CF_CONFIG_MAX_BYTES, "config file", CF_ERR_CONFIG, text, &len));
+  if (strlen(*text) == len) return CF_OK;
+  free(*text);
+  *text = NULL;
+  return CF_FAIL(CF_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path);
+}
+
 cf_status cf_yaml_load_file(const char *path, yaml_document_t *doc) {
   char *text;
-  size_t len;
-  if (cf_read_file(path, &text, &len) != CF_OK) return CF_ERR_CONFIG;  /* reported; the user's input */
-  cf_status st = strlen(text) != len ? CF_FAIL(CF_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path)
-                                     : parse_document(text, path, doc);
+  CF_TRY(read_config_file(path, &text));
+  cf_status st = parse_document(text, path, doc);
   free(text);
   return st;
+}
+
+cf_file_kind cf_yaml_file_kind(yaml_document_t *doc, yaml_node_t **first_key) {
+  yaml_node_t *root = yaml_document_get_root_node(doc);
+  int seen[4] = {0};
+  if (first_key) *first_key = NULL;
+  if (!root || root->type != YAML_MAPPING_NODE) return CF_FILE_CONFIG;
+  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(doc, p->key);
+    cf_file_kind kind = k->type == YAML_SCALAR_NODE ? experiment_key((const char *)k->data.scalar.value) : CF_FILE_CONFIG;
+    if (kind != CF_FILE_CONFIG && first_key && !*first_key) *first_key = k;
+    seen[kind] = 1;
+  }
+  return seen[CF_FILE_GRADNORM] ? CF_FILE_GRADNORM : seen[CF_FILE_COMPARISON] ? CF_FILE_COMPARISON
+         : seen[CF_FILE_EXPERIMENT] ? CF_FILE_EXPERIMENT : CF_FILE_CONFIG;
+}
+
+cf_status cf_config_file_kind(const char *path, cf_file_kind *kind) {
+  yaml_document_t doc;
+  *kind = CF_FILE_CONFIG;
+  CF_TRY(cf_yaml_load_file(path, &doc));
+  *kind = cf_yaml_file_kind(&doc, NULL);
+  yaml_document_delete(&doc);
+  return CF_OK;
 }
 
 cf_status cf_config_load_string(cf_config *c, const char *text, const char *origin) {
   yaml_document_t doc;
   CF_TRY(parse_document(text, origin, &doc));
   cf_status st = CF_OK;
-  yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (root && root->type == YAML_MAPPING_NODE) st = walk(c, &doc, root, "", origin);
+  yaml_node_t *root = yaml_document_get_root_node(&doc), *ek;
+  cf_file_kind kind = cf_yaml_file_kind(&doc, &ek);
+  if (kind != CF_FILE_CONFIG) {  /* an experiment file: say which command runs it */
+    char where[1200];
+    mark_where(where, sizeof where, origin, ek->start_mark);
+    st = belongs(where, (const char *)ek->data.scalar.value, kind);
+  } else if (root && root->type == YAML_MAPPING_NODE) st = walk(c, &doc, root, "", origin);
   else if (root && !(root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0))
     st = CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: the top level must be a mapping of keys", origin, root->start_mark.line + 1,
                  root->start_mark.column + 1);
@@ -356,9 +422,7 @@ cf_status cf_config_load_string(cf_config *c, const char *text, const char *orig
 
 cf_status cf_config_load(cf_config *c, const char *path) {
   char *text;
-  size_t len;
-  CF_TRY(cf_read_file(path, &text, &len));
-  if (strlen(text) != len) { free(text); return CF_FAIL(CF_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path); }
+  CF_TRY(read_config_file(path, &text));
   cf_status st = cf_config_load_string(c, text, path);
   free(text);
   snprintf(c->source, sizeof c->source, "%s", path);
@@ -390,6 +454,10 @@ static const char *key_where(const cf_config *c, const char *key, char *buf, siz
   else if (line < 0) snprintf(buf, n, "--set %s", key);
   else snprintf(buf, n, "%s", key);
   return buf;
+}
+
+const char *cf_config_key_where(const cf_config *c, const char *key, char *buf, size_t n) {
+  return key_where(c, key, buf, n);
 }
 
 cf_status cf_config_validate(cf_config *c) {

@@ -10,26 +10,26 @@
 #include "clformer/base.h"
 #include "runtime/runtime.h"
 
-static cf_status text_open(cf_text *t, const char *path, const char *key) {
+/* A data file, memory-mapped; `key` names it in messages, with where the config set it. */
+static cf_status text_open(cf_text *t, const cf_config *c, const char *path, const char *key) {
   memset(t, 0, sizeof *t);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return CF_FAIL(CF_ERR_DATA, "%s: cannot open '%s': %s", key, path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  char w[1200];
+  const char *why = NULL;
+  size_t size;
+  int fd = cf_open_regular(path, &size, &why);  /* a FIFO or a device is refused, never waited on */
+  if (fd < 0) return CF_FAIL(CF_ERR_DATA, "%s: cannot open '%s': %s", cf_config_key_where(c, key, w, sizeof w), path, why);
+  if (size == 0) {
     close(fd);
-    return CF_FAIL(CF_ERR_DATA, "%s: '%s' is not a regular file", key, path);
+    return CF_FAIL(CF_ERR_DATA, "%s: '%s' is empty", cf_config_key_where(c, key, w, sizeof w), path);
   }
-  if (sb.st_size == 0) {
-    close(fd);
-    return CF_FAIL(CF_ERR_DATA, "%s: '%s' is empty", key, path);
-  }
-  void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
-  if (map == MAP_FAILED) return CF_FAIL(CF_ERR_DATA, "%s: cannot map '%s': %s", key, path, strerror(errno));
+  if (map == MAP_FAILED)
+    return CF_FAIL(CF_ERR_DATA, "%s: cannot map '%s': %s", cf_config_key_where(c, key, w, sizeof w), path, strerror(errno));
   t->map = map;
-  t->map_len = (size_t)sb.st_size;
+  t->map_len = size;
   t->bytes = map;
-  t->n = (size_t)sb.st_size;
+  t->n = size;
   return CF_OK;
 }
 
@@ -46,12 +46,45 @@ static double entropy(const uint8_t *b, size_t n) {
   return h;
 }
 
+/* The smallest data.valid_fraction (to 0.001, at most 0.5) that leaves both splits of an n-byte
+ * file at least `need` bytes, as cf_data_open splits; 0 when none does. */
+static double fitting_fraction(size_t n, size_t need) {
+  for (double f = ceil((double)need * 1000 / (double)n) / 1000; f <= 0.5; f += 0.001) {
+    size_t nv = (size_t)((double)n * f);
+    if (nv >= need) return n - nv >= need ? f : 0;
+  }
+  return 0;
+}
+
+/* Which split is too short, and what to change. */
+static cf_status split_too_short(const cf_data *d, const cf_config *c, size_t need) {
+  char w[1200];
+  int train_short = d->n_train < need;
+  if (c->data.valid[0])
+    return CF_FAIL(CF_ERR_DATA, "%s: '%s' has %zu bytes, fewer than data.seq_len + 1 = %zu: use a larger file or lower "
+                   "data.seq_len", cf_config_key_where(c, train_short ? "data.train" : "data.valid", w, sizeof w),
+                   train_short ? c->data.train : c->data.valid, train_short ? d->n_train : d->n_valid, need);
+  size_t n = d->train_file.n;
+  double f = fitting_fraction(n, need);
+  char fix[128];
+  if (f > 0) snprintf(fix, sizeof fix, "%s data.valid_fraction to %g", f > c->data.valid_fraction ? "raise" : "lower", f);
+  else snprintf(fix, sizeof fix, "use a larger file, lower data.seq_len, or name a data.valid file");
+  if (train_short)
+    return CF_FAIL(CF_ERR_DATA, "%s: the training split of '%s' (its %zu bytes less the last data.valid_fraction = %g "
+                   "held out for validation) has %zu bytes, fewer than data.seq_len + 1 = %zu: %s",
+                   cf_config_key_where(c, "data.train", w, sizeof w), c->data.train, n, c->data.valid_fraction,
+                   d->n_train, need, fix);
+  return CF_FAIL(CF_ERR_DATA, "%s: the validation split (the last data.valid_fraction = %g of '%s') has %zu bytes, "
+                 "fewer than data.seq_len + 1 = %zu: %s", cf_config_key_where(c, "data.valid_fraction", w, sizeof w),
+                 c->data.valid_fraction, c->data.train, d->n_valid, need, fix);
+}
+
 cf_status cf_data_open(cf_data *d, const cf_config *c) {
   memset(d, 0, sizeof *d);
   size_t need = (size_t)c->data.seq_len + 1;
-  CF_TRY(text_open(&d->train_file, c->data.train, "data.train"));
+  CF_TRY(text_open(&d->train_file, c, c->data.train, "data.train"));
   if (c->data.valid[0]) {
-    cf_status st = text_open(&d->valid_file, c->data.valid, "data.valid");
+    cf_status st = text_open(&d->valid_file, c, c->data.valid, "data.valid");
     if (st != CF_OK) { cf_data_close(d); return st; }
     d->train = d->train_file.bytes;
     d->n_train = d->train_file.n;
@@ -65,15 +98,18 @@ cf_status cf_data_open(cf_data *d, const cf_config *c) {
     d->n_valid = nv;
   }
   if (d->n_train < need || d->n_valid < need) {
-    cf_status st = CF_FAIL(CF_ERR_DATA,
-                           "data: the %s split has %zu bytes, fewer than data.seq_len + 1 = %zu (file '%s'%s)",
-                           d->n_train < need ? "training" : "validation", d->n_train < need ? d->n_train : d->n_valid,
-                           need, d->n_train < need || !c->data.valid[0] ? c->data.train : c->data.valid,
-                           c->data.valid[0] ? "" : "; raise data.valid_fraction or use a larger file");
+    cf_status st = split_too_short(d, c, need);
     cf_data_close(d);
     return st;
   }
   d->unigram_entropy = entropy(d->train, d->n_train);
+  return CF_OK;
+}
+
+cf_status cf_data_check(const cf_config *c) {
+  cf_data d;
+  CF_TRY(cf_data_open(&d, c));
+  cf_data_close(&d);
   return CF_OK;
 }
 

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
+#include "clformer/data.h"
+#include "clformer/experiments.h"
 #include "config/config_yaml.h"
 #include "experiments/compare.h"
 #include "runtime/runtime.h"
@@ -136,5 +138,22 @@ cf_status compare_parse_spec(spec *s, const char *path, char **sets, int nsets) 
   CF_TRY(cf_yaml_load_file(path, &doc));
   cf_status st = parse_document(s, &doc, path, sets, nsets);
   yaml_document_delete(&doc);
+  return st;
+}
+
+cf_status cf_compare_check(const char *path, char **sets, int nsets, FILE *report) {
+  spec s;
+  cf_status st = compare_parse_spec(&s, path, sets, nsets);  /* validates every variant */
+  if (st == CF_OK) st = cf_data_check(&s.base);               /* what cf_compare opens first */
+  for (int i = 0; st == CF_OK && i < s.nv; i++) st = cf_data_check(&s.v[i].cfg);  /* what each run opens */
+  if (st == CF_OK && report) {
+    fprintf(report, "# %s: a comparison of %d variant%s, %d seed%s each, into %s: valid; each variant resolved:\n", path,
+            s.nv, s.nv == 1 ? "" : "s", s.seeds, s.seeds == 1 ? "" : "s", s.out);
+    for (int i = 0; i < s.nv; i++) {
+      fprintf(report, "--- # variant %s\n", s.v[i].name);
+      cf_config_write(&s.v[i].cfg, report);
+    }
+  }
+  free(s.v);
   return st;
 }

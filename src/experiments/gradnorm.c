@@ -378,3 +378,28 @@ cf_status cf_gradnorm(const cf_gradnorm_options *o) {
   cf_data_close(&data);
   return st;
 }
+
+/* The file as cf_gradnorm reads it, every model it would build, and its data; no device. */
+cf_status cf_gradnorm_check(const char *path, char **sets, int nsets, FILE *report) {
+  gn_spec s;
+  CF_TRY(parse_gn(&s, path, sets, nsets));
+  for (int ni = 0; ni < s.nnorms; ni++)
+    for (int di = 0; di < s.ndepths; di++) {
+      cf_config c = s.base;  /* the model measure_one builds */
+      c.model.norm = s.norms[ni];
+      c.model.layers = s.depths[di];
+      c.model.final_norm = CF_FINAL_NORM_AUTO;
+      c.model.dropout = c.model.attn_dropout = 0;
+      CF_TRY(cf_config_validate(&c));
+    }
+  CF_TRY(cf_data_check(&s.base));  /* what cf_gradnorm opens */
+  if (!report) return CF_OK;
+  fprintf(report, "# %s: a gradnorm file:", path);
+  for (int ni = 0; ni < s.nnorms; ni++) fprintf(report, "%s %s", ni ? " and" : "", norm_name(s.norms[ni]));
+  fprintf(report, " at depths");
+  for (int di = 0; di < s.ndepths; di++) fprintf(report, "%s %d", di ? "," : "", s.depths[di]);
+  fprintf(report, ", %d seed%s each, into %s: valid; its base resolved (model.norm and model.layers are replaced):\n",
+          s.seeds, s.seeds == 1 ? "" : "s", s.out);
+  cf_config_write(&s.base, report);
+  return CF_OK;
+}

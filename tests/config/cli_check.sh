@@ -10,7 +10,7 @@ expect_error() {  # name, expected text, command...
   err=$("$@" 2>&1 >/dev/null); rc=$?
   if [[ $rc -eq 2 && "$err" == *"$want"* ]]; then echo "ok   $name"; else echo "FAIL $name: rc=$rc, message: $err (wanted: $want)"; fail=1; fi
 }
-printf 'some training text\n' > text.txt
+for i in $(seq 100); do printf 'some training text\n'; done > text.txt  # 1900 bytes: both splits hold a sequence
 printf 'data:\n  train: text.txt\nmodel:\n  norm: post\n  layers: 2\noptim:\n  betas: [0.9, 0.99]\n' > good.yaml
 out=$("$bin" check good.yaml --set model.d_model=64 --set optim.lr=5e-4); rc=$?
 if [[ $rc -eq 0 && "$out" == *"norm: post"* && "$out" == *"d_model: 64"* && "$out" == *"lr: 0.0005"* && "$out" == *"betas: [0.9, 0.99]"* && "$out" == *"final_norm: false"* ]]; then
@@ -22,8 +22,8 @@ out2=$("$bin" check resolved.yaml); rc=$?
 
 printf 'model:\n  layer: 6\n' > unknown.yaml
 printf 'data:\n  train: nosuch.txt\n' > nodata.yaml
-expect_error "a missing training file" "nodata.yaml: data.train 'nosuch.txt': No such file" "$bin" check nodata.yaml
-expect_error "a missing validation file" "good.yaml: data.valid 'none.txt': No such file" "$bin" check good.yaml --set data.valid=none.txt
+expect_error "a missing training file" "nodata.yaml:2:10: data.train: cannot open 'nosuch.txt': No such file" "$bin" check nodata.yaml
+expect_error "a missing validation file" "--set data.valid: cannot open 'none.txt': No such file" "$bin" check good.yaml --set data.valid=none.txt
 expect_error "unknown key with suggestion" "unknown.yaml:2:3: unknown key 'model.layer' (did you mean 'model.layers'?)" "$bin" check unknown.yaml
 printf 'modle:\n  layers: 6\n' > section.yaml
 expect_error "unknown section" "section.yaml:1:1: unknown key 'modle'" "$bin" check section.yaml
