@@ -165,15 +165,21 @@ static double loglog_slope(const double *x, const double *y, int n) {
 
 static const char *norm_name(int n) { return n == CF_NORM_PRE ? "Pre-LN" : "Post-LN"; }
 
+/* The config of one (placement, depth): the base at that depth and placement, no dropout, validated. */
+static cf_status depth_config(const gn_spec *s, int ni, int di, cf_config *c) {
+  *c = s->base;
+  c->model.norm = s->norms[ni];
+  c->model.layers = s->depths[di];
+  c->model.final_norm = CF_FINAL_NORM_AUTO;
+  c->model.dropout = c->model.attn_dropout = 0;
+  return cf_config_validate(c);
+}
+
 /* One initialisation of one (placement, depth): every layer's quantities into norms. */
 static cf_status measure_one(cf_context *ctx, const gn_spec *s, int ni, int di, int k, const int *in, const int *tg,
                              double *norms, int Lmax) {
-  cf_config c = s->base;
-  c.model.norm = s->norms[ni];
-  c.model.layers = s->depths[di];
-  c.model.final_norm = CF_FINAL_NORM_AUTO;
-  c.model.dropout = c.model.attn_dropout = 0;
-  CF_TRY(cf_config_validate(&c));
+  cf_config c;
+  CF_TRY(depth_config(s, ni, di, &c));
   cf_model *m;
   CF_TRY(cf_model_create(ctx, &c.model, &c.optim, c.seed, c.data.batch_size, c.data.seq_len, &m));
   float *g = malloc((size_t)cf_model_num_views(m) * sizeof *g);
@@ -385,12 +391,8 @@ cf_status cf_gradnorm_check(const char *path, char **sets, int nsets, FILE *repo
   CF_TRY(parse_gn(&s, path, sets, nsets));
   for (int ni = 0; ni < s.nnorms; ni++)
     for (int di = 0; di < s.ndepths; di++) {
-      cf_config c = s.base;  /* the model measure_one builds */
-      c.model.norm = s.norms[ni];
-      c.model.layers = s.depths[di];
-      c.model.final_norm = CF_FINAL_NORM_AUTO;
-      c.model.dropout = c.model.attn_dropout = 0;
-      CF_TRY(cf_config_validate(&c));
+      cf_config c;  /* the model measure_one builds */
+      CF_TRY(depth_config(&s, ni, di, &c));
     }
   CF_TRY(cf_data_check(&s.base));  /* what cf_gradnorm opens */
   if (!report) return CF_OK;
