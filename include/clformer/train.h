@@ -9,12 +9,19 @@
 
 /* The safetensors file format (8-byte little-endian header length, JSON header, raw
  * little-endian data), so PyTorch and other tools read our checkpoints. F32 tensors and
- * string metadata only, which is all clformer writes. */
+ * string metadata only, which is all clformer writes. The limits below hold both ways: the
+ * writer refuses what the reader would, and the reader refuses anything larger before
+ * allocating for it. */
+#define CF_ST_MAX_DIMS 4             /* dimensions of a tensor */
+#define CF_ST_MAX_META 64            /* metadata entries in a file */
+#define CF_ST_MAX_META_LEN 16384     /* bytes of a metadata key or value, its terminating NUL included */
+#define CF_ST_MAX_HEADER (16 << 20)  /* bytes of the JSON header */
+
 typedef struct cf_st_tensor {
   const char *name;
   const float *data;
   int ndim;
-  int64_t shape[4];
+  int64_t shape[CF_ST_MAX_DIMS];
 } cf_st_tensor;
 
 /* Write atomically (temporary file, fsync, rename): an existing file at path stays intact
@@ -25,22 +32,27 @@ cf_status cf_safetensors_write(const char *path, const cf_st_tensor *tensors, in
 typedef struct cf_st_entry {
   char name[160];
   int ndim;
-  int64_t shape[4];
+  int64_t shape[CF_ST_MAX_DIMS];
   size_t numel;
   const float *data;   /* into the loaded file (may be unaligned: copy with memcpy) */
 } cf_st_entry;
+
+typedef struct cf_st_meta {
+  const char *key, *value;
+} cf_st_meta;
 
 typedef struct cf_st_file {
   char *buf;           /* the whole file */
   size_t len;
   cf_st_entry *entries;
   int n;
-  char (*meta)[2][16384];  /* (key, value) pairs; values longer are refused by the writer */
+  cf_st_meta *meta;    /* n_meta (key, value) pairs; their text lies in the same allocation */
   int n_meta;
 } cf_st_file;
 
 /* Read and check a file: header length, JSON syntax, dtypes, shapes against offsets, offsets
- * inside the data. Anything wrong is CF_ERR_CHECKPOINT with the reason. */
+ * inside the data and covering it exactly once, the limits above. Anything wrong is
+ * CF_ERR_CHECKPOINT with the reason. */
 cf_status cf_safetensors_read(const char *path, cf_st_file *f);
 void cf_safetensors_free(cf_st_file *f);
 const cf_st_entry *cf_safetensors_find(const cf_st_file *f, const char *name);
@@ -62,9 +74,12 @@ typedef struct cf_train_state {
  * the resolved config and the state, atomically; the previous file stays until the new one is
  * complete. */
 cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_state *st, const char *path);
-/* Load into a model built from the same architecture; a truncated, corrupt or mismatched file is
- * refused (CF_ERR_CHECKPOINT) with the reason. cfg_yaml (optional) receives a malloc'd copy of
- * the config stored in the file. */
+/* Load into a model built from the same architecture; a truncated, corrupt or mismatched file,
+ * or training state out of range (step beyond 10^8 or beyond the stored config's train.steps,
+ * best_step beyond step, a best_valid of NaN or -inf, a wall_s not finite and >= 0, a nonzero
+ * diverged_step: checkpoints are written only at healthy steps) is refused (CF_ERR_CHECKPOINT)
+ * with the reason, before the model or *st is touched. cfg_yaml (optional) receives a malloc'd
+ * copy of the config stored in the file. */
 cf_status cf_checkpoint_load(cf_model *m, const char *path, cf_train_state *st, char **cfg_yaml);
 
 /* What a run tells its caller as it goes (the library never prints progress itself). */

@@ -51,12 +51,129 @@ done:
   return s;
 }
 
-static int parse_int_meta(const cf_st_file *f, const char *key, long long *out) {
+/* ---------- loading: everything is checked before the model or the state is touched ---------- */
+
+#define MAX_STEP 100000000  /* train.steps' upper bound (src/config/config.c) */
+
+/* An integer metadata value, written as digits with an optional '-' and nothing else, in
+ * [lo, hi]; `range` explains the bound in the message. */
+static cf_status meta_int(const cf_st_file *f, const char *path, const char *key, long long lo, long long hi,
+                          const char *range, long long *out) {
   const char *v = cf_safetensors_meta(f, key);
-  char *end;
-  if (!v) return 0;
-  *out = strtoll(v, &end, 10);
-  return end != v && !*end;
+  if (!v) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata '%s' is missing: the training state is incomplete", path, key);
+  const char *digits = v + (*v == '-');
+  int well_formed = *digits && strspn(digits, "0123456789") == strlen(digits) && strlen(digits) <= 18;
+  *out = well_formed ? strtoll(v, NULL, 10) : 0;
+  if ((!well_formed || *out < lo || *out > hi) && lo == hi)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata '%s' is '%.40s', not %lld%s", path, key, v, lo, range);
+  if (!well_formed || *out < lo || *out > hi)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata '%s' is '%.40s', not an integer in [%lld, %lld]%s", path, key, v, lo,
+                   hi, range);
+  return CF_OK;
+}
+
+/* A number metadata value: all of it read by strtod (which reads "inf" and "nan" too), no spaces. */
+static cf_status meta_double(const cf_st_file *f, const char *path, const char *key, double *out) {
+  const char *v = cf_safetensors_meta(f, key);
+  char *end = NULL;
+  if (!v) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata '%s' is missing: the training state is incomplete", path, key);
+  *out = *v && !strchr(" \t\n\v\f\r", *v) ? strtod(v, &end) : NAN;
+  if (!end || end == v || *end)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata '%s' is '%.40s', not a number", path, key, v);
+  return CF_OK;
+}
+
+/* train.steps of the config stored in the checkpoint (no checkpoint of a run is beyond it), or -1
+ * when that config cannot be read (a resume refuses such a file; sampling does not need it). */
+static long long stored_steps(const cf_st_file *f) {
+  const char *yaml = cf_safetensors_meta(f, "config");
+  cf_config c;
+  cf_config_defaults(&c);
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  cf_status s = yaml ? cf_config_load_string(&c, yaml, "the checkpoint's config") : CF_ERR_CHECKPOINT;
+  cf_set_verbosity(v);
+  cf_clear_error();
+  return s == CF_OK && c.train.steps >= 0 && c.train.steps <= MAX_STEP ? c.train.steps : -1;
+}
+
+/* The training state in the metadata, every value checked for its type and range. */
+static cf_status read_state(const cf_st_file *f, const char *path, cf_train_state *st) {
+  long long step, best_step, div;
+  double best, wall;
+  long long max_step = stored_steps(f);
+  CF_TRY(meta_int(f, path, "step", 0, max_step >= 0 ? max_step : MAX_STEP,
+                  max_step >= 0 ? " (the stored config's train.steps)" : " (train.steps' largest value)", &step));
+  CF_TRY(meta_int(f, path, "best_step", 0, step, " (the step)", &best_step));
+  CF_TRY(meta_int(f, path, "diverged_step", 0, 0, ": checkpoints are written only at healthy steps", &div));
+  CF_TRY(meta_double(f, path, "best_valid", &best));
+  if (isnan(best) || best == -INFINITY)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'best_valid' is '%.40s', not a loss (a finite number, or inf for "
+                   "none yet)", path, cf_safetensors_meta(f, "best_valid"));
+  CF_TRY(meta_double(f, path, "wall_s", &wall));
+  if (!isfinite(wall) || wall < 0)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'wall_s' is '%.40s', not a finite number of seconds >= 0", path,
+                   cf_safetensors_meta(f, "wall_s"));
+  *st = (cf_train_state){.step = (int)step, .best_valid = best, .best_step = (int)best_step, .wall_s = wall,
+                         .diverged_step = 0};
+  return CF_OK;
+}
+
+/* "[256, 64, 1]" */
+static const char *shape_text(char *out, size_t n, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(out, n, "[");
+  for (int d = 0; d < ndim && at < n; d++)
+    at += (size_t)snprintf(out + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < n) snprintf(out + at, n - at, "]");
+  return out;
+}
+
+/* The file holds the model's tensors, each of its shape, and the optimizer's two moment buffers. */
+static cf_status check_tensors(cf_model *m, const cf_st_file *f, const char *path) {
+  size_t P = cf_model_flat_floats(m);
+  int nv = cf_model_num_views(m);
+  for (int i = 0; i < nv; i++) {
+    const cf_tensor_view *v = cf_model_view(m, i);
+    const cf_st_entry *e = cf_safetensors_find(f, v->name);
+    if (!e) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: has no tensor '%s': it was made for another architecture", path, v->name);
+    int64_t want[CF_ST_MAX_DIMS] = {v->shape[0], v->ndim > 1 ? v->shape[1] : 0};
+    int same = e->ndim == v->ndim;
+    for (int d = 0; same && d < v->ndim; d++) same = e->shape[d] == want[d];
+    if (!same) {
+      char has[128], expects[64];
+      return CF_FAIL(CF_ERR_CHECKPOINT, "%s: tensor '%s' has shape %s, the model expects %s", path, v->name,
+                     shape_text(has, sizeof has, e->ndim, e->shape), shape_text(expects, sizeof expects, v->ndim, want));
+    }
+  }
+  if (f->n != nv + 2)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: holds %d tensors, the model has %d (+2 optimizer buffers): another architecture",
+                   path, f->n, nv);
+  const cf_st_entry *m1 = cf_safetensors_find(f, "optimizer.m1"), *m2 = cf_safetensors_find(f, "optimizer.m2");
+  if (!m1 || !m2 || m1->numel != P || m2->numel != P)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: optimizer state missing or of the wrong size", path);
+  return CF_OK;
+}
+
+/* Weights (all finite) and moments from the file into the model. */
+static cf_status load_tensors(cf_model *m, const cf_st_file *f, const char *path) {
+  size_t P = cf_model_flat_floats(m);
+  int nv = cf_model_num_views(m);
+  float *host = calloc(P ? P : 1, sizeof *host);
+  if (!host) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < nv; i++) {
+    const cf_tensor_view *v = cf_model_view(m, i);
+    memcpy(host + v->off, cf_safetensors_find(f, v->name)->data, v->numel * sizeof *host);
+  }
+  cf_status s = CF_OK;
+  for (size_t i = 0; i < P && s == CF_OK; i++)
+    if (!isfinite(host[i])) s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: weights contain NaN or Inf", path);
+  if (s == CF_OK) s = cf_model_write(m, 0, host);
+  if (s == CF_OK) memcpy(host, cf_safetensors_find(f, "optimizer.m1")->data, P * sizeof *host);
+  if (s == CF_OK) s = cf_model_write(m, 2, host);
+  if (s == CF_OK) memcpy(host, cf_safetensors_find(f, "optimizer.m2")->data, P * sizeof *host);
+  if (s == CF_OK) s = cf_model_write(m, 3, host);
+  free(host);
+  return s;
 }
 
 cf_status cf_checkpoint_load(cf_model *m, const char *path, cf_train_state *st, char **cfg_yaml) {
@@ -64,65 +181,19 @@ cf_status cf_checkpoint_load(cf_model *m, const char *path, cf_train_state *st, 
   if (cfg_yaml) *cfg_yaml = NULL;
   CF_TRY(cf_safetensors_read(path, &f));
   cf_status s = CF_OK;
-  size_t P = cf_model_flat_floats(m);
-  float *host = NULL;
+  cf_train_state ts = {0};
   const char *fmt = cf_safetensors_meta(&f, "format");
-  if (!fmt || strcmp(fmt, FORMAT)) {
-    s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: not a clformer checkpoint (format '%s', expected '%s')", path, fmt ? fmt : "none", FORMAT);
-    goto done;
-  }
-  int nv = cf_model_num_views(m);
-  for (int i = 0; i < nv; i++) {
-    const cf_tensor_view *v = cf_model_view(m, i);
-    const cf_st_entry *e = cf_safetensors_find(&f, v->name);
-    if (!e) { s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: has no tensor '%s': it was made for another architecture", path, v->name); goto done; }
-    if (e->ndim != v->ndim || e->shape[0] != v->shape[0] || (v->ndim == 2 && e->shape[1] != v->shape[1])) {
-      s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: tensor '%s' has shape [%lld, %lld], the model expects [%d, %d]", path, v->name,
-                  (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0), v->shape[0], v->ndim > 1 ? v->shape[1] : 0);
-      goto done;
-    }
-  }
-  if (f.n != nv + 2) {
-    s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: holds %d tensors, the model has %d (+2 optimizer buffers): another architecture", path, f.n, nv);
-    goto done;
-  }
-  const cf_st_entry *m1 = cf_safetensors_find(&f, "optimizer.m1"), *m2 = cf_safetensors_find(&f, "optimizer.m2");
-  if (!m1 || !m2 || m1->numel != P || m2->numel != P) {
-    s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: optimizer state missing or of the wrong size", path);
-    goto done;
-  }
-  long long step, best_step, div;
-  const char *best = cf_safetensors_meta(&f, "best_valid"), *wall = cf_safetensors_meta(&f, "wall_s");
-  if (!parse_int_meta(&f, "step", &step) || !parse_int_meta(&f, "best_step", &best_step) ||
-      !parse_int_meta(&f, "diverged_step", &div) || !best || !wall || step < 0) {
-    s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: training state missing from the metadata", path);
-    goto done;
-  }
-  host = malloc(P * sizeof *host);
-  if (!host) { s = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
-  memset(host, 0, P * sizeof *host);
-  for (int i = 0; i < nv; i++) {
-    const cf_tensor_view *v = cf_model_view(m, i);
-    memcpy(host + v->off, cf_safetensors_find(&f, v->name)->data, v->numel * sizeof *host);
-  }
-  for (size_t i = 0; i < P; i++)
-    if (!isfinite(host[i])) { s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: weights contain NaN or Inf", path); goto done; }
-  if ((s = cf_model_write(m, 0, host)) != CF_OK) goto done;
-  memcpy(host, m1->data, P * sizeof *host);
-  if ((s = cf_model_write(m, 2, host)) != CF_OK) goto done;
-  memcpy(host, m2->data, P * sizeof *host);
-  if ((s = cf_model_write(m, 3, host)) != CF_OK) goto done;
-  st->step = (int)step;
-  st->best_valid = strtod(best, NULL);
-  st->best_step = (int)best_step;
-  st->wall_s = strtod(wall, NULL);
-  st->diverged_step = (int)div;
-  if (cfg_yaml) {
+  if (!fmt || strcmp(fmt, FORMAT))
+    s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: not a clformer checkpoint (format '%.40s', expected '%s')", path,
+                fmt ? fmt : "none", FORMAT);
+  if (s == CF_OK) s = check_tensors(m, &f, path);
+  if (s == CF_OK) s = read_state(&f, path, &ts);
+  if (s == CF_OK) s = load_tensors(m, &f, path);
+  if (s == CF_OK) *st = ts;
+  if (s == CF_OK && cfg_yaml) {
     const char *c = cf_safetensors_meta(&f, "config");
     *cfg_yaml = c ? strdup(c) : NULL;
   }
-done:
-  free(host);
   cf_safetensors_free(&f);
   return s;
 }

@@ -1,7 +1,10 @@
 /* safetensors reader and writer. The header is JSON, parsed and written by Jansson; what is checked
  * here is the format on top of it: F32 tensors with shapes that match their data_offsets, string
  * metadata, and a data section that the tensors cover exactly once (no overlaps, no holes: the
- * format forbids them so that a file cannot hide a second meaning). */
+ * format forbids them so that a file cannot hide a second meaning). Nothing is allocated from a
+ * length the file states before it is checked: the header against the file's size and
+ * CF_ST_MAX_HEADER, shapes against the data (products checked for overflow), the metadata
+ * against CF_ST_MAX_META entries of CF_ST_MAX_META_LEN bytes; tensors are stored as they pass. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,14 +16,14 @@
 
 static size_t tensor_numel(const cf_st_tensor *t) {
   size_t numel = 1;
-  for (int d = 0; d < t->ndim; d++) numel *= (size_t)t->shape[d];
+  for (int d = 0; d < t->ndim && d < CF_ST_MAX_DIMS; d++) numel *= (size_t)t->shape[d];
   return numel;
 }
 
 /* {"dtype":"F32","shape":[...],"data_offsets":[begin,end]}; NULL when out of memory. */
 static json_t *tensor_json(const cf_st_tensor *t, size_t begin, size_t end) {
   json_t *shape = json_array();
-  for (int d = 0; shape && d < t->ndim; d++)
+  for (int d = 0; shape && d < t->ndim && d < CF_ST_MAX_DIMS; d++)
     if (json_array_append_new(shape, json_integer(t->shape[d]))) {
       json_decref(shape);
       shape = NULL;
@@ -38,16 +41,22 @@ static cf_status header_json(const cf_st_tensor *t, int n, const char *const (*m
   *out = NULL;
   *data_len = 0;
   cf_status st = h && m ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (n_meta > CF_ST_MAX_META)
+    st = CF_FAIL(CF_ERR_INVALID_ARG, "%d metadata entries, more than the %d a safetensors file may hold", n_meta,
+                 CF_ST_MAX_META);
   for (int i = 0; st == CF_OK && i < n_meta; i++) {
-    if (strlen(meta[i][1]) >= 16000 || strlen(meta[i][0]) >= 16000)
-      st = CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%s' is too long", meta[i][0]);
+    if (strlen(meta[i][1]) >= CF_ST_MAX_META_LEN || strlen(meta[i][0]) >= CF_ST_MAX_META_LEN)
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%.60s' is too long", meta[i][0]);
     else if (json_object_set_new(m, meta[i][0], json_string(meta[i][1])))
       st = CF_FAIL(CF_ERR_INVALID_ARG, "checkpoint metadata '%s' is not UTF-8 text (or out of memory)", meta[i][0]);
   }
   if (st == CF_OK && n_meta) st = cf_json_set(h, "__metadata__", json_incref(m));
   for (int i = 0; st == CF_OK && i < n; i++) {
     size_t bytes = 4 * tensor_numel(&t[i]);
-    if (!strcmp(t[i].name, "__metadata__") || json_object_get(h, t[i].name))
+    if (t[i].ndim < 0 || t[i].ndim > CF_ST_MAX_DIMS)
+      st = CF_FAIL(CF_ERR_INVALID_ARG, "tensor '%s' has %d dimensions; 0 to %d are supported", t[i].name, t[i].ndim,
+                   CF_ST_MAX_DIMS);
+    else if (!strcmp(t[i].name, "__metadata__") || json_object_get(h, t[i].name))
       st = CF_FAIL(CF_ERR_INVALID_ARG, "tensor name '%s' is used twice (or is __metadata__)", t[i].name);
     else st = cf_json_set(h, t[i].name, tensor_json(&t[i], *data_len, *data_len + bytes));
     *data_len += bytes;
@@ -87,12 +96,17 @@ cf_status cf_safetensors_write(const char *path, const cf_st_tensor *t, int n, c
 
 /* ---------- reading ---------- */
 
-/* An array of at most cap non-negative integers; 0 with the reason in why. */
-static int read_ints(json_t *a, const char *what, int64_t *out, int cap, int *n, char *why, size_t wn) {
+/* An array of at most cap non-negative integers (`unit` names them in the message); 0 with the
+ * reason in why. */
+static int read_ints(json_t *a, const char *what, const char *unit, int64_t *out, int cap, int *n, char *why,
+                     size_t wn) {
   size_t i;
   json_t *v;
   if (!json_is_array(a)) { snprintf(why, wn, "%s is not an array", what); return 0; }
-  if (json_array_size(a) > (size_t)cap) { snprintf(why, wn, "%s has more than %d entries", what, cap); return 0; }
+  if (json_array_size(a) > (size_t)cap) {
+    snprintf(why, wn, "%s has %zu %s, more than the %d supported", what, json_array_size(a), unit, cap);
+    return 0;
+  }
   json_array_foreach(a, i, v) {
     if (!json_is_integer(v) || json_integer_value(v) < 0) {
       snprintf(why, wn, "%s holds something other than a non-negative integer", what);
@@ -120,8 +134,8 @@ static int read_tensor(json_t *t, cf_st_entry *e, size_t data_len, size_t *begin
   if (!dtype || strcmp(dtype, "F32")) { snprintf(why, wn, "only F32 tensors are supported"); return 0; }
   json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
   if (!shape || !offsets) { snprintf(why, wn, "tensor entry lacks shape or data_offsets"); return 0; }
-  if (!read_ints(shape, "shape", e->shape, 4, &e->ndim, why, wn) ||
-      !read_ints(offsets, "data_offsets", offs, 2, &noffs, why, wn))
+  if (!read_ints(shape, "shape", "dimensions", e->shape, CF_ST_MAX_DIMS, &e->ndim, why, wn) ||
+      !read_ints(offsets, "data_offsets", "entries", offs, 2, &noffs, why, wn))
     return 0;
   if (noffs != 2) { snprintf(why, wn, "data_offsets is not a [begin, end] pair"); return 0; }
   e->numel = 1;
@@ -140,22 +154,35 @@ static int read_tensor(json_t *t, cf_st_entry *e, size_t data_len, size_t *begin
   return 1;
 }
 
-/* __metadata__: an object of strings. */
+/* __metadata__: an object of at most CF_ST_MAX_META strings, each key and value shorter than
+ * CF_ST_MAX_META_LEN, all checked before one allocation holds them. */
 static int read_meta(json_t *m, cf_st_file *f, char *why, size_t wn) {
   const char *key;
   json_t *v;
   if (!json_is_object(m)) { snprintf(why, wn, "__metadata__ is not an object"); return 0; }
-  f->meta = calloc(json_object_size(m) + 1, sizeof *f->meta);
-  if (!f->meta) { snprintf(why, wn, "out of memory"); return 0; }
+  size_t n = json_object_size(m), bytes = 0;
+  if (n > CF_ST_MAX_META) {
+    snprintf(why, wn, "__metadata__ holds %zu metadata entries, more than the %d allowed", n, CF_ST_MAX_META);
+    return 0;
+  }
   json_object_foreach(m, key, v) {
     const char *s = json_string_value(v);
     if (!s) { snprintf(why, wn, "bad metadata: '%.40s' is not a string", key); return 0; }
-    if (strlen(key) >= sizeof f->meta[0][0] || strlen(s) >= sizeof f->meta[0][1]) {
-      snprintf(why, wn, "bad metadata: '%.40s' is too long", key);
+    if (strlen(key) >= CF_ST_MAX_META_LEN || strlen(s) >= CF_ST_MAX_META_LEN) {
+      snprintf(why, wn, "bad metadata: '%.40s' is too long (keys and values have fewer than %d bytes)", key,
+               CF_ST_MAX_META_LEN);
       return 0;
     }
-    strcpy(f->meta[f->n_meta][0], key);
-    strcpy(f->meta[f->n_meta][1], s);
+    bytes += strlen(key) + strlen(s) + 2;
+  }
+  f->meta = malloc((n + 1) * sizeof *f->meta + bytes);
+  if (!f->meta) { snprintf(why, wn, "out of memory"); return 0; }
+  char *text = (char *)(f->meta + n + 1);
+  json_object_foreach(m, key, v) {
+    size_t kl = strlen(key) + 1, vl = strlen(json_string_value(v)) + 1;
+    f->meta[f->n_meta].key = memcpy(text, key, kl);
+    f->meta[f->n_meta].value = memcpy(text + kl, json_string_value(v), vl);
+    text += kl + vl;
     f->n_meta++;
   }
   return 1;
@@ -164,7 +191,7 @@ static int read_meta(json_t *m, cf_st_file *f, char *why, size_t wn) {
 /* Where a tensor's data lie in the data section, to check that the tensors cover it exactly once. */
 typedef struct span {
   size_t begin, end;
-  const char *name;
+  int entry;  /* its index in cf_st_file.entries */
 } span;
 
 static int by_begin(const void *a, const void *b) {
@@ -175,16 +202,17 @@ static int by_begin(const void *a, const void *b) {
 
 /* Sorted by where they begin, each tensor starts where the previous one ended and the last ends at
  * the end of the file (the order of the header's keys is free, as in any JSON object). */
-static int check_coverage(span *s, int n, size_t data_len, char *why, size_t wn) {
-  qsort(s, (size_t)n, sizeof *s, by_begin);
+static int check_coverage(const cf_st_file *f, span *s, size_t data_len, char *why, size_t wn) {
+  if (f->n) qsort(s, (size_t)f->n, sizeof *s, by_begin);
   size_t at = 0;
-  for (int k = 0; k < n; k++) {
+  for (int k = 0; k < f->n; k++) {
+    const char *name = f->entries[s[k].entry].name;
     if (s[k].begin < at) {
-      snprintf(why, wn, "the data of '%.60s' and '%.60s' overlap", s[k - 1].name, s[k].name);
+      snprintf(why, wn, "the data of '%.60s' and '%.60s' overlap", f->entries[s[k - 1].entry].name, name);
       return 0;
     }
     if (s[k].begin > at) {
-      snprintf(why, wn, "%zu bytes before the data of '%.60s' belong to no tensor", s[k].begin - at, s[k].name);
+      snprintf(why, wn, "%zu bytes before the data of '%.60s' belong to no tensor", s[k].begin - at, name);
       return 0;
     }
     at = s[k].end;
@@ -193,39 +221,55 @@ static int check_coverage(span *s, int n, size_t data_len, char *why, size_t wn)
   return 1;
 }
 
+/* Room in f->entries and *s for one more tensor, grown as tensors are read (never sized from the
+ * header's key count, which a file could make huge at a few bytes a key); 0 when out of memory. */
+static int reserve(cf_st_file *f, span **s, int *cap) {
+  if (f->n < *cap) return 1;
+  int grown = *cap ? 2 * *cap : 16;
+  cf_st_entry *e = realloc(f->entries, (size_t)grown * sizeof *e);
+  if (e) f->entries = e;
+  span *t = e ? realloc(*s, (size_t)grown * sizeof *t) : NULL;
+  if (t) *s = t;
+  if (!t) return 0;
+  *cap = grown;
+  return 1;
+}
+
+/* One tensor of the header into f->entries and its span into s[f->n]. 0 with the reason in why. */
+static int add_tensor(const char *key, json_t *v, cf_st_file *f, span *s, const char *data, size_t data_len,
+                      char *why, size_t wn) {
+  cf_st_entry *e = &f->entries[f->n];
+  size_t begin;
+  char reason[160];
+  if (strlen(key) >= sizeof e->name) {
+    snprintf(why, wn, "tensor name '%.60s...' is longer than %zu bytes", key, sizeof e->name - 1);
+    return 0;
+  }
+  if (!read_tensor(v, e, data_len, &begin, reason, sizeof reason)) {
+    snprintf(why, wn, "tensor '%.60s': %s", key, reason);
+    return 0;
+  }
+  strcpy(e->name, key);
+  e->data = (const float *)(const void *)(data + begin);
+  s[f->n] = (span){begin, begin + 4 * e->numel, f->n};
+  f->n++;
+  return 1;
+}
+
 /* Every key of the header: __metadata__, or a tensor. 0 with the reason in why. */
 static int read_header(json_t *h, cf_st_file *f, const char *data, size_t data_len, char *why, size_t wn) {
   if (!json_is_object(h)) { snprintf(why, wn, "the header is not a JSON object"); return 0; }
-  size_t n = json_object_size(h);
-  f->entries = calloc(n + 1, sizeof *f->entries);
-  span *s = calloc(n + 1, sizeof *s);
-  int ok = f->entries && s;
-  if (!ok) snprintf(why, wn, "out of memory");
+  span *s = NULL;
+  int ok = 1, cap = 0;
   const char *key;
   json_t *v;
   json_object_foreach(h, key, v) {
+    if (!strcmp(key, "__metadata__")) ok = read_meta(v, f, why, wn);
+    else if (!reserve(f, &s, &cap)) { snprintf(why, wn, "out of memory"); ok = 0; }
+    else ok = add_tensor(key, v, f, s, data, data_len, why, wn);
     if (!ok) break;
-    if (!strcmp(key, "__metadata__")) {
-      ok = read_meta(v, f, why, wn);
-      continue;
-    }
-    cf_st_entry *e = &f->entries[f->n];
-    size_t begin;
-    char reason[160];
-    if (strlen(key) >= sizeof e->name) {
-      snprintf(why, wn, "tensor name '%.60s...' is longer than %zu bytes", key, sizeof e->name - 1);
-      ok = 0;
-    } else if (!read_tensor(v, e, data_len, &begin, reason, sizeof reason)) {
-      snprintf(why, wn, "tensor '%.60s': %s", key, reason);
-      ok = 0;
-    } else {
-      strcpy(e->name, key);
-      e->data = (const float *)(const void *)(data + begin);
-      s[f->n] = (span){begin, begin + 4 * e->numel, e->name};
-      f->n++;
-    }
   }
-  ok = ok && check_coverage(s, f->n, data_len, why, wn);
+  ok = ok && check_coverage(f, s, data_len, why, wn);
   free(s);
   return ok;
 }
@@ -240,6 +284,11 @@ cf_status cf_safetensors_read(const char *path, cf_st_file *f) {
   if (hlen > f->len - 8 || hlen < 2) {
     st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: not a safetensors file, or truncated (header of %llu bytes in a %zu-byte file)",
                  path, (unsigned long long)hlen, f->len);
+    goto fail;
+  }
+  if (hlen > CF_ST_MAX_HEADER) {
+    st = CF_FAIL(CF_ERR_CHECKPOINT, "%s: a header of %llu bytes, more than the %d a checkpoint may have", path,
+                 (unsigned long long)hlen, CF_ST_MAX_HEADER);
     goto fail;
   }
   json_error_t jerr;
@@ -273,6 +322,6 @@ const cf_st_entry *cf_safetensors_find(const cf_st_file *f, const char *name) {
 
 const char *cf_safetensors_meta(const cf_st_file *f, const char *key) {
   for (int i = 0; i < f->n_meta; i++)
-    if (!strcmp(f->meta[i][0], key)) return f->meta[i][1];
+    if (!strcmp(f->meta[i].key, key)) return f->meta[i].value;
   return NULL;
 }

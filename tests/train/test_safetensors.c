@@ -1,6 +1,7 @@
 /* safetensors: round trip of tensors and metadata; every kind of damage is refused clearly. */
 #define _GNU_SOURCE /* memmem */
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "clformer/train.h"
 #include "testutil.h"
@@ -28,6 +29,7 @@ static void refused(const char *path, const char *header, size_t data_len, const
   cf_status st = cf_safetensors_read(path, &f);
   TEST_ASSERT(st == CF_ERR_CHECKPOINT && strstr(cf_last_error(), why), "%s: got %s: %s", what, cf_status_str(st),
               cf_last_error());
+  if (st == CF_OK) cf_safetensors_free(&f);
 }
 
 /* Headers made by hand: duplicate keys, overlapping, reversed or missing data ranges are refused;
@@ -57,6 +59,76 @@ static void check_headers(const char *path) {
     TEST_ASSERT(a && b && (const char *)(const void *)b->data - (const char *)(const void *)a->data == 8, "offsets");
     cf_safetensors_free(&f);
   }
+}
+
+/* The limits hold both ways: the writer refuses what the reader would, the reader refuses more (and
+ * allocates nothing for it first). */
+static void check_limits(const char *path) {
+  float x[1] = {1};
+  cf_st_tensor five = {"t", x, 5, {1, 1, 1, 1}};
+  TEST_ASSERT(cf_safetensors_write(path, &five, 1, NULL, 0) == CF_ERR_INVALID_ARG, "writer: 5 dimensions");
+  static char long_value[CF_ST_MAX_META_LEN + 1];  /* a value of CF_ST_MAX_META_LEN bytes: one too many */
+  memset(long_value, 'v', CF_ST_MAX_META_LEN);
+  const char *meta[CF_ST_MAX_META + 2][2];
+  char keys[CF_ST_MAX_META + 2][8];
+  for (int i = 0; i < CF_ST_MAX_META + 2; i++) {
+    snprintf(keys[i], sizeof keys[i], "k%d", i);
+    meta[i][0] = keys[i];
+    meta[i][1] = i ? "x" : long_value;
+  }
+  TEST_ASSERT(cf_safetensors_write(path, NULL, 0, meta + 1, CF_ST_MAX_META + 1) == CF_ERR_INVALID_ARG, "writer: 65 entries");
+  TEST_ASSERT(cf_safetensors_write(path, NULL, 0, meta, 1) == CF_ERR_INVALID_ARG, "writer: a value too long");
+  long_value[CF_ST_MAX_META_LEN - 1] = 0;  /* the longest value allowed, and as many entries as allowed */
+  cf_st_file f;
+  cf_status st = cf_safetensors_write(path, NULL, 0, meta, CF_ST_MAX_META);
+  if (st == CF_OK) st = cf_safetensors_read(path, &f);
+  TEST_ASSERT(st == CF_OK, "the limits themselves: %s", cf_last_error());
+  if (st == CF_OK) {
+    const char *v = cf_safetensors_meta(&f, "k0"), *last = cf_safetensors_meta(&f, "k63");
+    TEST_ASSERT(f.n_meta == CF_ST_MAX_META && v && strlen(v) == CF_ST_MAX_META_LEN - 1 && last && !strcmp(last, "x") &&
+                !cf_safetensors_meta(&f, "k64"), "the limits themselves are written and read back");
+    cf_safetensors_free(&f);
+  }
+
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+          "'a': shape has 5 dimensions", "reader: 5 dimensions");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+          "shape too large", "reader: a shape whose product overflows");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,8]}}", 8,
+          "shape too large", "reader: a shape of more than SIZE_MAX bytes");
+  refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 8, "past the end",
+          "reader: data past the end");
+  char header[64 + 70 * 12];
+  int at = snprintf(header, sizeof header, "{\"__metadata__\":{");
+  for (int i = 0; i < CF_ST_MAX_META + 1; i++)
+    at += snprintf(header + at, sizeof header - (size_t)at, "%s\"k%d\":\"x\"", i ? "," : "", i);
+  snprintf(header + at, sizeof header - (size_t)at, "}}");
+  refused(path, header, 0, "65 metadata entries, more than the 64 allowed", "reader: 65 entries");
+}
+
+/* 100,000 metadata entries (2.5 MB) once took 32 KiB each (3.2 GB, 880 MB of it touched); they are
+ * refused with a few MB more than the parse itself needs. A header larger than CF_ST_MAX_HEADER is
+ * refused before it is parsed. */
+static void check_huge(const char *path) {
+  size_t n = 100000, cap = 32 * n;
+  char *h = malloc(cap);
+  size_t at = (size_t)snprintf(h, cap, "{\"__metadata__\":{");
+  for (size_t i = 0; i < n; i++) at += (size_t)snprintf(h + at, cap - at, "%s\"pad%06zu\":\"x\"", i ? "," : "", i);
+  snprintf(h + at, cap - at, "}}");
+  struct rusage before, after;
+  getrusage(RUSAGE_SELF, &before);
+  refused(path, h, 0, "100000 metadata entries, more than the 64 allowed", "100,000 metadata entries");
+  getrusage(RUSAGE_SELF, &after);
+  TEST_ASSERT(after.ru_maxrss - before.ru_maxrss < 64 * 1024, "100,000 metadata entries: peak memory grew by %ld MiB",
+              (after.ru_maxrss - before.ru_maxrss) / 1024);
+  free(h);
+  size_t big = (size_t)CF_ST_MAX_HEADER + 8;
+  h = malloc(big + 1);
+  memset(h, ' ', big);
+  memcpy(h, "{}", 2);
+  h[big] = 0;
+  refused(path, h, 0, "more than the 16777216 a checkpoint may have", "a header over the limit");
+  free(h);
 }
 
 /* The header's bytes: compact JSON, keys in the order written, padded with spaces to 8 bytes. */
@@ -147,6 +219,8 @@ int main(void) {
   write_bytes(path, "", 0);
   TEST_ASSERT(cf_safetensors_read(path, &f) == CF_ERR_CHECKPOINT, "empty file");
   check_headers(path);
+  check_limits(path);
+  check_huge(path);
   cf_set_verbosity(1);
   check_layout(path);
   cf_set_verbosity(-1);
