@@ -8,6 +8,9 @@
 #include "clformer/base.h"
 #include "clformer/ops.h"  /* cf_activation */
 
+/* The largest train.steps a config may ask for (also what a checkpoint's step may be at most). */
+#define CF_CONFIG_MAX_STEPS 100000000
+
 /* The choices of the enum keys, in the order their YAML names are listed in src/config/config.c. */
 typedef enum cf_norm_placement { CF_NORM_POST, CF_NORM_PRE } cf_norm_placement;
 typedef enum cf_decay { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE, CF_DECAY_CONSTANT } cf_decay;

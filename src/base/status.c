@@ -84,6 +84,15 @@ void cf_set_verbosity(int level) { thread_verbosity = level; }
 const char *cf_last_error(void) { return last_error; }
 void cf_clear_error(void) { last_error[0] = 0; }
 
+/* The message into last_error, cut at its size (a long build log is cut there on purpose). */
+static void set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_last_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+}
+
 cf_status cf_report(cf_status status, const char *call, const char *file, int line,
                     const char *detail_fmt, ...) {
   const char *base = strrchr(file, '/');
@@ -96,13 +105,13 @@ cf_status cf_report(cf_status status, const char *call, const char *file, int li
     va_end(ap);
   }
   if (call)
-    snprintf(last_error, sizeof last_error, "%s failed at %s:%d: %s (%d)%s%s", call, base, line,
-             cf_status_str(status), status, detail[0] ? "\n" : "", detail);
+    set_last_error("%s failed at %s:%d: %s (%d)%s%s", call, base, line, cf_status_str(status), status,
+                   detail[0] ? "\n" : "", detail);
   else if (status == CF_ERR_CONFIG || status == CF_ERR_NO_DEVICE || status == CF_ERR_DATA || status == CF_ERR_IO ||
            status == CF_ERR_CHECKPOINT || status == -1001)
-    snprintf(last_error, sizeof last_error, "%s", detail);  /* the user's input: the message is the whole story */
+    set_last_error("%s", detail);  /* the user's input: the message is the whole story */
   else
-    snprintf(last_error, sizeof last_error, "%s [%s at %s:%d]", detail, cf_status_str(status), base, line);
+    set_last_error("%s [%s at %s:%d]", detail, cf_status_str(status), base, line);
   if (cf_verbosity() >= 0) fprintf(stderr, "clformer: error: %s\n", last_error);
   return status;
 }

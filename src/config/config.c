@@ -65,7 +65,7 @@ static const key_spec keys[] = {
   {"schedule.decay", K_ENUM, ENUM_OFF(schedule.decay), 0, 0, 0, 0, "inverse_sqrt|linear|cosine|constant", "inverse_sqrt", "decay after warm-up"},
   {"schedule.min_lr", K_DOUBLE, OFF(schedule.min_lr), 0, 0, 10, 0, NULL, "0", "floor of the linear and cosine decays"},
   {"schedule.total_steps", K_INT, OFF(schedule.total_steps), 0, 0, 100000000, 0, NULL, "0", "end of the linear/cosine decay; 0 = train.steps"},
-  {"train.steps", K_INT, OFF(train.steps), 0, 1, 100000000, 0, NULL, "1000", "optimizer steps"},
+  {"train.steps", K_INT, OFF(train.steps), 0, 1, CF_CONFIG_MAX_STEPS, 0, NULL, "1000", "optimizer steps"},
   {"train.eval_every", K_INT, OFF(train.eval_every), 0, 0, 100000000, 0, NULL, "100", "validate every N steps (0 = only at the end)"},
   {"train.eval_batches", K_INT, OFF(train.eval_batches), 0, 1, 100000, 0, NULL, "8", "fixed validation batches per evaluation"},
   {"train.log_every", K_INT, OFF(train.log_every), 0, 1, 100000000, 0, NULL, "10", "print a progress line every N steps"},

@@ -53,7 +53,7 @@ done:
 
 /* ---------- loading: everything is checked before the model or the state is touched ---------- */
 
-#define MAX_STEP 100000000  /* train.steps' upper bound (src/config/config.c) */
+#define MAX_STEP CF_CONFIG_MAX_STEPS
 
 /* An integer metadata value, written as digits with an optional '-' and nothing else, in
  * [lo, hi]; `range` explains the bound in the message. */
