@@ -186,7 +186,8 @@ static void cache_store(cf_context *ctx, cl_program p, const char *dir, const ch
     if (st == CF_OK) {
       ctx->cache.writes++;
       cf_cache_prune_default(dir);
-    } else cf_log(1, "note: could not cache %s: %s", label, cf_last_error());
+    } else if (!ctx->cache_write_failed++)  /* once per context: the same reason holds for every program */
+      cf_log(1, "note: kernel binaries are not cached (%s: %s); every run builds them again", label, cf_last_error());
     cf_clear_error();
   }
   free(buf);

@@ -30,6 +30,7 @@ struct cf_context {
   cf_loaded_program *programs;   /* built on first use */
   int nprograms, cap_programs;
   cf_cache_stats cache;
+  int cache_write_failed;        /* writes into the binary cache that failed (noted once) */
   /* per-launch events while profiling is on (cf_profile_start) */
   struct cf_prof_event { char name[48]; cl_event ev; } *prof;
   int nprof, cap_prof, prof_on;

@@ -85,4 +85,8 @@ out=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3); rc=$?
 out2=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3)
 [[ $rc -eq 0 && ${#out} -ge 26 && "$out" == "In the"* && "$out" == "$out2" ]] && ok "sample: prompt + 20 bytes, reproducible" || bad "sample: rc=$rc '$out'"
 "$bin" sample a --top-p 0 >/dev/null 2>&1; [[ $? -eq 2 ]] && ok "sample rejects --top-p 0" || bad "sample top-p"
+# a cache directory that cannot be written costs time, never the run: notes, no error line
+err=$(CLFORMER_CACHE_DIR=/proc/version/cache "$bin" train tiny.yaml --set train.out=nocache --set train.steps=2 --quiet 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 0 && "$err" != *"error"* && "$err" == *"not cached"* ]] && ok "an unwritable cache is a note, not an error" \
+  || bad "unwritable cache: rc=$rc $err"
 exit $fail
