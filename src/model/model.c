@@ -11,6 +11,7 @@
 #include "clformer/gemm.h"
 #include "clformer/model.h"
 #include "clformer/base.h"
+#include "model/memory.h"
 #include "runtime/runtime.h"
 
 typedef struct layer_params {  /* offsets into the flat parameter buffer */
@@ -182,15 +183,15 @@ cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_o
   size_t P = m->nparams, N = (size_t)B * T;
   int sgd_plain = oc->name == CF_OPTIM_SGD && oc->momentum == 0;
   int adam = oc->name != CF_OPTIM_SGD;
-  if ((st = cf_buffer_create(ctx, P * 4, &m->params)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, P * 4, &m->grads)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, (sgd_plain ? 1 : P) * 4, &m->m1)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, (adam ? P : 1) * 4, &m->m2)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, acts * 4, &m->acts)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, scratch * 4, &m->scratch)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, N * 4, &m->tokens)) != CF_OK) goto fail;
-  if ((st = cf_buffer_create(ctx, N * 4, &m->targets)) != CF_OK) goto fail;
-  m->bytes = 4 * (P * 2 + (sgd_plain ? 1 : P) + (adam ? P : 1) + acts + scratch + 2 * N);
+  const cf_model_buffer bufs[] = {{"parameters", P * 4}, {"gradients", P * 4}, {"first moments", (sgd_plain ? 1 : P) * 4},
+                                  {"second moments", (adam ? P : 1) * 4}, {"activations", acts * 4},
+                                  {"scratch", scratch * 4}, {"tokens", N * 4}, {"targets", N * 4}};
+  cl_mem *mems[] = {&m->params, &m->grads, &m->m1, &m->m2, &m->acts, &m->scratch, &m->tokens, &m->targets};
+  if ((st = cf_model_check_memory(ctx, bufs, 8, B, T)) != CF_OK) goto fail;
+  for (int i = 0; i < 8; i++) {
+    if ((st = cf_buffer_create(ctx, bufs[i].bytes, mems[i])) != CF_OK) goto fail;
+    m->bytes += bufs[i].bytes;
+  }
   *out = m;
   return CF_OK;
 fail:

@@ -89,4 +89,9 @@ out2=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3)
 err=$(CLFORMER_CACHE_DIR=/proc/version/cache "$bin" train tiny.yaml --set train.out=nocache --set train.steps=2 --quiet 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 0 && "$err" != *"error"* && "$err" == *"not cached"* ]] && ok "an unwritable cache is a note, not an error" \
   || bad "unwritable cache: rc=$rc $err"
+# a model too large for the device is refused before any allocation, with the sizes
+err=$("$bin" train tiny.yaml --set train.out=big --set model.d_model=2048 --set model.heads=16 --set model.d_ff=8192 \
+      --set model.layers=24 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 2 && "$err" == *"MiB of device memory"*"at most"*"MiB in one buffer: choose a smaller model"* ]] \
+  && ok "a model too large for the device: sizes named, exit 2" || bad "too large: rc=$rc $err"
 exit $fail
