@@ -90,7 +90,8 @@ cf_status cf_json_write_file(struct json_t *j, const char *path);
 /* Whole-string numbers: 1 on success, 0 for junk, overflow, NaN/Inf or out of [lo, hi]. */
 int cf_parse_long(const char *s, long lo, long hi, long *out);
 int cf_parse_double(const char *s, double lo, double hi, double *out);
-/* mkdir -p */
+/* mkdir -p; the _private form creates the last directory for its owner alone (0700: caches). */
+cf_status cf_mkdirs_private(const char *path);
 cf_status cf_mkdirs(const char *path);
 
 #endif

@@ -156,7 +156,8 @@ cf_status cf_write_file_atomic(const char *path, const void *data, size_t len) {
   return CF_OK;
 }
 
-cf_status cf_mkdirs(const char *path) {
+/* mkdir -p, the last directory created with last_mode (the ones above with 0755). */
+static cf_status mkdirs(const char *path, mode_t last_mode) {
   char buf[4096];
   if (!path[0]) return CF_FAIL(CF_ERR_IO, "an empty directory name");
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return CF_FAIL(CF_ERR_IO, "path too long: %s", path);
@@ -164,7 +165,8 @@ cf_status cf_mkdirs(const char *path) {
     if (*p == '/' || *p == 0) {
       char c = *p;
       *p = 0;
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST) return CF_FAIL(CF_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+      if (mkdir(buf, c ? 0755 : last_mode) != 0 && errno != EEXIST)
+        return CF_FAIL(CF_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
       *p = c;
       if (!c) break;
     }
@@ -173,3 +175,6 @@ cf_status cf_mkdirs(const char *path) {
   if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return CF_FAIL(CF_ERR_IO, "%s is not a directory", path);
   return CF_OK;
 }
+
+cf_status cf_mkdirs(const char *path) { return mkdirs(path, 0755); }
+cf_status cf_mkdirs_private(const char *path) { return mkdirs(path, 0700); }

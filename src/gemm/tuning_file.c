@@ -244,7 +244,7 @@ cf_status cf_tuning_file_write(const cf_tuning_file *tf, const char *path) {
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (slash) *slash = 0;
-  cf_status st = slash ? cf_mkdirs(dir) : CF_OK;
+  cf_status st = slash ? cf_mkdirs_private(dir) : CF_OK;
   if (st == CF_OK) st = cf_write_file_atomic(path, text, len);
   free(text);
   return st;

@@ -1,9 +1,12 @@
 /* Program loading: source lookup (embedded or $CLFORMER_KERNEL_DIR), the prepended #define
  * block, the on-disk binary cache, kernel lookup by name, and the launch helper. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "runtime/embedded.h"
 #include "runtime/runtime.h"
 
@@ -90,6 +93,21 @@ cf_status cf_program_source(const char *name, char **text) {
 
 /* ---------- binary cache ---------- */
 
+/* A cache directory we may load binaries from: not a symbolic link (to somewhere else), and ours
+ * when it exists (another user's directory could hand us binaries to run). Else caching is off,
+ * noted once per process. */
+static int cache_dir_trusted(const char *dir) {
+  static atomic_int noted;
+  struct stat sb;
+  const char *why = NULL;
+  if (lstat(dir, &sb) == 0) {
+    if (S_ISLNK(sb.st_mode)) why = "is a symbolic link, which the cache does not follow";
+    else if (sb.st_uid != geteuid()) why = "belongs to another user";
+  }
+  if (why && !atomic_exchange(&noted, 1)) cf_log(1, "note: kernel cache off: %s %s", dir, why);
+  return why == NULL;
+}
+
 const char *cf_cache_dir(void) {
   /* per thread: each call rewrites it, and another thread's call must not change it under a caller */
   static _Thread_local char dir[4096];
@@ -100,7 +118,7 @@ const char *cf_cache_dir(void) {
   else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/clformer", xdg);
   else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/clformer", home);
   else return NULL;
-  return dir;
+  return cache_dir_trusted(dir) ? dir : NULL;
 }
 
 #define CACHE_MAGIC "CFBIN001"
@@ -127,6 +145,12 @@ static cf_status cache_load(cf_context *ctx, const char *path, const char *label
   char *data;
   size_t len;
   *out = NULL;
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {  /* a link planted to elsewhere is never read */
+    ctx->cache.rejected++;
+    cf_log(2, "note: cache entry %s is not a regular file; rebuilding %s from source", path, label);
+    return CF_ERR_IO;
+  }
   int v = cf_verbosity();
   cf_set_verbosity(-1);  /* a missing file is the normal cold case: no error message */
   cf_status st = cf_read_file(path, &data, &len);
@@ -180,7 +204,7 @@ static void cache_store(cf_context *ctx, cl_program p, const char *dir, const ch
     memcpy(buf, &h, sizeof h);
     int v = cf_verbosity();
     cf_set_verbosity(-1);  /* a read-only cache directory costs speed, never a run */
-    cf_status st = cf_mkdirs(dir);
+    cf_status st = cf_mkdirs_private(dir);
     if (st == CF_OK) st = cf_write_file_atomic(path, buf, sizeof h + bin_len);
     cf_set_verbosity(v);
     if (st == CF_OK) {
