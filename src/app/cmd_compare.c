@@ -52,5 +52,5 @@ int cmd_compare(int argc, char **argv) {
   cf_status st = cf_compare(&o, &interrupted);
   cf_cli_signals_restore();
   if (st != CF_OK) return cf_exit_code(st);
-  return interrupted || cf_cli_stop_requested() ? 130 : 0;
+  return interrupted || cf_cli_stop_requested() ? cf_cli_stop_exit_code() : 0;  /* 130 SIGINT, 143 SIGTERM */
 }

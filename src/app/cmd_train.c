@@ -11,17 +11,17 @@ static const char *usage =
     "usage: clformer train CONFIG [--set KEY=VALUE ...] [--device SPEC] [--resume RUN_DIR] [--quiet]\n"
     "\n"
     "Trains the model CONFIG describes (see `clformer check --keys`) into train.out: progress lines,\n"
-    "metrics.csv, config.yaml, checkpoint.safetensors and run.json. Ctrl-C stops after the current step\n"
-    "with a checkpoint; --resume continues bit-identically.\n"
+    "metrics.csv, config.yaml, checkpoint.safetensors and run.json. Ctrl-C (SIGINT) or SIGTERM stops\n"
+    "after the current step with a checkpoint and one line saying so; --resume continues bit-identically.\n"
     "\n"
     "  --set KEY=VALUE   override a config key (repeatable), e.g. --set model.norm=post\n"
     "  --device SPEC     OpenCL device (default: $CLFORMER_DEVICE, then the config's device, then auto)\n"
     "  --resume RUN_DIR  continue the run in RUN_DIR from its checkpoint, or from step 0 when it was killed\n"
     "                    before its first one (CONFIG defaults to RUN_DIR/config.yaml)\n"
-    "  --quiet           no progress lines\n"
+    "  --quiet           no progress lines (a stop by signal still prints its one line)\n"
     "\n"
     "exit codes: 0 finished, 1 runtime error, 2 bad input, 3 diverged (a non-finite loss or gradient, or a loss\n"
-    "above 3 ln 256), 130 interrupted\n";
+    "above 3 ln 256), 130 stopped by SIGINT, 143 stopped by SIGTERM\n";
 
 int cmd_train(int argc, char **argv) {
   const char *path = NULL, *device = NULL, *resume = NULL;
@@ -62,7 +62,7 @@ int cmd_train(int argc, char **argv) {
   cf_context_free(ctx);
   if (st != CF_OK) return cf_exit_code(st);
   if (res.state.diverged_step) return 3;
-  if (res.interrupted) return 130;
+  if (res.interrupted) return cf_cli_stop_exit_code();
   if (!quiet)
     printf("done: best validation loss %.4f at step %d; run in %s\n", res.state.best_valid, res.state.best_step,
            resume ? resume : cfg.train.out);

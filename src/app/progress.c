@@ -1,4 +1,4 @@
-/* Progress lines of `train` and `compare`, and their Ctrl-C. */
+/* Progress lines of `train` and `compare`, and their SIGINT/SIGTERM. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,7 +8,9 @@
 static volatile sig_atomic_t stop_signal;
 static struct sigaction old_int, old_term;
 
-static void on_signal(int sig) { stop_signal = sig; }
+static void on_signal(int sig) {
+  if (!stop_signal) stop_signal = sig;  /* the first signal decides the exit code */
+}
 
 void cf_cli_signals_catch(void) {
   struct sigaction sa = {0};
@@ -24,6 +26,12 @@ void cf_cli_signals_restore(void) {
 }
 
 int cf_cli_stop_requested(void) { return stop_signal != 0; }
+
+int cf_cli_stop_signal(void) { return stop_signal; }
+
+int cf_cli_stop_exit_code(void) { return 128 + (stop_signal ? stop_signal : SIGINT); }
+
+static const char *signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
 
 static int should_stop(void *user) { return cf_cli_stop_requested(); }
 
@@ -65,10 +73,24 @@ static void print_diverged(const cf_train_event *e, const char *label, const cha
   else printf("it diverged before its first checkpoint\n");
 }
 
+static void print_stopped(const cf_cli_progress *p, const cf_train_event *e, const char *label, const char *sep) {
+  if (p->resume_hint)
+    printf("%s%sstopped by signal after step %d (%s); checkpoint saved: %s\n", label, sep, e->step,
+           signal_name(stop_signal), p->resume_hint);
+  else
+    printf("%s%sstopped by signal after step %d (%s); checkpoint saved: resume with --resume %s\n", label, sep, e->step,
+           signal_name(stop_signal), e->dir);
+}
+
 static void show(void *user, const cf_train_event *e) {
   const cf_cli_progress *p = user;
-  if (p->quiet) return;
   const char *label = e->label ? e->label : "", *sep = e->label ? " | " : "";
+  if (e->kind == CF_TRAIN_STOPPED) {  /* with --quiet too: it says how to continue */
+    print_stopped(p, e, label, sep);
+    fflush(stdout);
+    return;
+  }
+  if (p->quiet) return;
   switch (e->kind) {
     case CF_TRAIN_STARTED: print_started(e, label, sep); break;
     case CF_TRAIN_LOGGED: print_row(e, label, sep, p->tty); break;
@@ -79,12 +101,7 @@ static void show(void *user, const cf_train_event *e) {
              e->step, e->steps);
       break;
     }
-    case CF_TRAIN_STOPPED:
-      if (p->resume_hint) printf("%s%sstopped by signal after step %d; checkpoint saved: %s\n", label, sep, e->step,
-                                 p->resume_hint);
-      else printf("%s%sstopped by signal after step %d; checkpoint saved: resume with --resume %s\n", label, sep,
-                  e->step, e->dir);
-      break;
+    case CF_TRAIN_STOPPED: break;  /* above */
   }
   fflush(stdout);
 }
