@@ -124,7 +124,21 @@ static cf_status check_run_dir(const char *dir, const cf_config *cfg, int resume
 
 /* Load the checkpoint into m and *ts; the run must be the same run (only its length and
  * bookkeeping may change) and have steps left. */
-static cf_status resume_from(cf_model *m, const cf_config *cfg, const char *dir, const char *ckpt, cf_train_state *ts) {
+/* Whether dir's run.json says the run finished (a missing or unreadable one says nothing). */
+static int recorded_finished(const char *dir) {
+  cf_run_record rec;
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  int finished = cf_run_record_read(dir, &rec) == CF_OK && !strcmp(rec.status, "finished");
+  cf_set_verbosity(v);
+  cf_clear_error();
+  return finished;
+}
+
+/* *complete: the checkpoint is of the run's last step but its end was never recorded (a kill
+ * between the last checkpoint and run.json): nothing is left to train, only the record to write. */
+static cf_status resume_from(cf_model *m, const cf_config *cfg, const char *dir, const char *ckpt, cf_train_state *ts,
+                             int *complete) {
   char *saved_yaml = NULL;
   CF_TRY(cf_checkpoint_load(m, ckpt, ts, &saved_yaml));
   cf_config saved;
@@ -138,7 +152,9 @@ static cf_status resume_from(cf_model *m, const cf_config *cfg, const char *dir,
   if (ps == CF_OK) ps = cf_config_validate(&saved);
   if (ps != CF_OK) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: the config stored in it is unreadable", ckpt);
   CF_TRY(same_config(dir, &saved, cfg));
-  if (ts->step >= cfg->train.steps)
+  *complete = ts->step == cfg->train.steps && !recorded_finished(dir);
+  if (*complete) cf_log(1, "note: %s holds the run's last step (%d) but not its end: recorded as finished", dir, ts->step);
+  else if (ts->step >= cfg->train.steps)
     return CF_FAIL(CF_ERR_CONFIG, "--resume %s: the run already has %d steps; raise train.steps (now %d) to continue it",
                    dir, ts->step, cfg->train.steps);
   return CF_OK;
@@ -161,6 +177,7 @@ typedef struct run {
   int last_row_step, start_step;
   int lock_fd;             /* the run directory's lock (rundir.h), -1 when not held */
   int from_checkpoint;     /* a resume that loads a checkpoint (not one restarting from step 0) */
+  int complete;            /* the checkpoint is the last step's: only the run's end is left to record */
   cf_train_result *res;
 } run;
 
@@ -296,7 +313,7 @@ static cf_status prepare(run *r) {
   CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, cfg->data.batch_size, cfg->data.seq_len, &r->m));
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
   r->ts = (cf_train_state){0, INFINITY, 0, 0, 0};
-  if (r->from_checkpoint) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts));
+  if (r->from_checkpoint) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts, &r->complete));
   else CF_TRY(cf_model_init(r->m, cfg->seed));
   char cfg_path[2100];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", r->dir);
@@ -339,7 +356,7 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
     r.t_start = r.t_last = cf_now();
     r.wall0 = r.ts.wall_s;
     r.last_row_step = r.start_step = r.ts.step;
-    st = loop(&r);
+    if (!r.complete) st = loop(&r);
   }
   if (st == CF_OK) st = record_end(&r);
   res->state = r.ts;

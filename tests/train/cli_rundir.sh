@@ -126,4 +126,11 @@ out=$("$bin" compare cmp.yaml 2>&1); rc=$?
 [[ $rc -eq 0 ]] && metrics_intact cmp/pre 600 && grep -q '"status": "finished"' cmp/pre/run.json \
   && ok "a compare variant killed before its first checkpoint is run again by rerunning compare" \
   || bad "compare after kill: rc=$rc ${out: -400}"
+# killed between the last step's checkpoint and run.json: --resume records the end (exit 0), once
+"$bin" train tiny.yaml --set train.out=endless --quiet >/dev/null 2>&1 && rm endless/run.json
+err=$("$bin" train --resume endless 2>&1 >/dev/null); rc=$?
+err2=$("$bin" train --resume endless 2>&1 >/dev/null); rc2=$?
+[[ $rc -eq 0 && "$err" == *"recorded as finished"* && $(grep -c '"status": "finished"' endless/run.json) -eq 1 && $rc2 -eq 2 \
+   && "$err2" == *"already has"* ]] && ok "a run killed after its last checkpoint is recorded finished on resume" \
+  || bad "last-step resume: rc=$rc $err / rc2=$rc2 $err2"
 exit $fail
