@@ -13,3 +13,15 @@ require_opencl() {
 require_corpus() {  # BYTES FILE: the first BYTES of the corpus into FILE
   head -c "$1" "$src/build/data/kjv.txt" > "$2" 2>/dev/null || { echo "SKIP: corpus missing (run tools/setup.sh)"; exit 77; }
 }
+# tiny_config FILE [TRAIN]: the tiny model the training tests share (2 layers, d_model 32, dropout on) over
+# text.txt beside FILE (see require_corpus); TRAIN replaces its train: mapping.
+tiny_config() {
+  local train=${2:-"{steps: 20, eval_every: 10, eval_batches: 2, log_every: 5, checkpoint_every: 10}"}
+  cat > "$1" <<YAML
+seed: 5
+data: {train: text.txt, seq_len: 32, batch_size: 4, valid_fraction: 0.1}
+model: {norm: pre, layers: 2, d_model: 32, heads: 2, d_ff: 64, dropout: 0.1, attn_dropout: 0.1}
+optim: {lr: 3e-3}
+train: $train
+YAML
+}

@@ -5,13 +5,7 @@ bin=$1; src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
 require_corpus 300000 "$tmp/text.txt"
-cat > "$tmp/tiny.yaml" <<YAML
-seed: 5
-data: {train: text.txt, seq_len: 32, batch_size: 4, valid_fraction: 0.1}
-model: {norm: pre, layers: 2, d_model: 32, heads: 2, d_ff: 64, dropout: 0.1, attn_dropout: 0.1}
-optim: {lr: 3e-3}
-train: {steps: 20, eval_every: 10, eval_batches: 2, log_every: 5, checkpoint_every: 10}
-YAML
+tiny_config "$tmp/tiny.yaml"
 cd "$tmp"
 # tensor bytes of a checkpoint (the metadata holds wall times, so compare data only)
 tensors() { python3 -c "
