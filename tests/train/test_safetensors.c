@@ -70,7 +70,7 @@ static void check_limits(const char *path) {
   static char long_value[CF_ST_MAX_META_LEN + 1];  /* a value of CF_ST_MAX_META_LEN bytes: one too many */
   memset(long_value, 'v', CF_ST_MAX_META_LEN);
   const char *meta[CF_ST_MAX_META + 2][2];
-  char keys[CF_ST_MAX_META + 2][8];
+  char keys[CF_ST_MAX_META + 2][16];  /* "k" and any int: no truncation warning at any -O level */
   for (int i = 0; i < CF_ST_MAX_META + 2; i++) {
     snprintf(keys[i], sizeof keys[i], "k%d", i);
     meta[i][0] = keys[i];
