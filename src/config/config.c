@@ -277,6 +277,8 @@ void cf_config_defaults(cf_config *c) {
   c->model.vocab = cf_tokenizer_vocab(c->data.tokenizer);
 }
 
+static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin);
+
 cf_status cf_config_set(cf_config *c, const char *assignment) {
   const char *eq = strchr(assignment, '=');
   char where[1100];
@@ -284,7 +286,12 @@ cf_status cf_config_set(cf_config *c, const char *assignment) {
   if (!eq || eq == assignment) return CF_FAIL(CF_ERR_CONFIG, "%s: expected KEY=VALUE, e.g. --set model.norm=post", where);
   char key[256];
   snprintf(key, sizeof key, "%.*s", (int)(eq - assignment), assignment);
-  return cf_config_set_key(c, key, eq + 1, where);
+  CF_TRY(cf_config_set_key(c, key, eq + 1, where));
+  /* a --set data path is relative to the working directory: made absolute now, or a resume (which
+   * reads the run's config.yaml) would look for it beside that file */
+  if (!strcmp(key, "data.train")) return absolute_data_path(c->data.train, sizeof c->data.train, NULL, 0, where);
+  if (!strcmp(key, "data.valid")) return absolute_data_path(c->data.valid, sizeof c->data.valid, NULL, 0, where);
+  return CF_OK;
 }
 
 /* ---------- YAML ---------- */
@@ -430,20 +437,25 @@ cf_status cf_config_load(cf_config *c, const char *path) {
   return cf_config_resolve_paths(c, path);
 }
 
-cf_status cf_config_resolve_paths(cf_config *c, const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *fields[] = {c->data.train, c->data.valid};
-  for (int i = 0; i < 2; i++) {
-    if (!fields[i][0]) continue;
-    char joined[2200], real[PATH_MAX];
-    if (fields[i][0] == '/' || !slash) snprintf(joined, sizeof joined, "%s", fields[i]);
-    else snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - path), path, fields[i]);
-    /* absolute, so a run's saved config.yaml still finds its data from anywhere */
-    const char *use = realpath(joined, real) ? real : joined;
-    if (strlen(use) >= sizeof c->data.train) return CF_FAIL(CF_ERR_CONFIG, "%s: data path too long", path);
-    strcpy(fields[i], use);
-  }
+/* A relative data path made absolute against the directory `dir` (its first dirlen bytes; NULL: the
+ * working directory), so a run's saved config.yaml finds its data from anywhere, a resume included. A path
+ * that does not resolve (a missing file) stays as written, for the error that names it. */
+static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin) {
+  if (!field[0]) return CF_OK;
+  char joined[2200], real[PATH_MAX];
+  if (dir && field[0] != '/') snprintf(joined, sizeof joined, "%.*s/%s", dirlen, dir, field);
+  else snprintf(joined, sizeof joined, "%s", field);
+  const char *use = realpath(joined, real) ? real : joined;
+  if (strlen(use) >= cap) return CF_FAIL(CF_ERR_CONFIG, "%s: data path too long", origin);
+  strcpy(field, use);
   return CF_OK;
+}
+
+cf_status cf_config_resolve_paths(cf_config *c, const char *path) {
+  const char *slash = strrchr(path, '/'), *dir = slash ? path : NULL;  /* no slash: the working directory */
+  int dirlen = slash ? (int)(slash - path) : 0;
+  CF_TRY(absolute_data_path(c->data.train, sizeof c->data.train, dir, dirlen, path));
+  return absolute_data_path(c->data.valid, sizeof c->data.valid, dir, dirlen, path);
 }
 
 /* "file:line:col: key" (or "--set key", or just "key" for a default) for cross-key messages. */
