@@ -55,7 +55,7 @@ static int option_takes_value(const char *usage, const char *name) {
 int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char *usage) {
   const char *a = argv[i];
   if (i == argc - 1 && a[0] == '-' && option_takes_value(usage, a))
-    fprintf(stderr, "clformer %s: %s needs a value\n\n%s", cmd, a, usage);
+    fprintf(stderr, "clformer %s: option %s needs a value\n\n%s", cmd, a, usage);
   else
     fprintf(stderr, "clformer %s: unexpected argument '%s'\n\n%s", cmd, a, usage);
   return 2;

@@ -66,7 +66,7 @@ int cmd_devices(int argc, char **argv) {
     else if (cf_arg_is(argv[i], "--verbose", "-v")) verbose = 1;
     else if (cf_arg_is(argv[i], "--device", "-d") && i + 1 < argc) spec = argv[++i];
     else if (!strncmp(argv[i], "--device=", 9)) spec = argv[i] + 9;
-    else { fprintf(stderr, "clformer devices: unknown argument '%s'\n\n%s", argv[i], usage); return 2; }
+    else return cf_cli_unexpected("devices", argc, argv, i, usage);
   }
   cf_device_info *list;
   int count, auto_index;

@@ -45,7 +45,7 @@ int cmd_tune(int argc, char **argv) {
     if (cf_arg_is(a, "--help", "-h")) { fputs(usage, stdout); return 0; }
     else if (cf_arg_is(a, "--device", "-d") && more) spec = argv[++i];
     else if (cf_arg_is(a, "--config", "-c") && more) config = argv[++i];
-    else if (cf_arg_is(a, "--set", NULL) && more && nsets < 255) sets[nsets++] = argv[++i];
+    else if (cf_arg_set(argc, argv, &i, sets, &nsets, 256)) continue;
     else if (cf_arg_is(a, "--no-clblast-tuners", NULL)) to.skip_clblast_tuners = 1;
     else if (cf_arg_is(a, "--show", NULL)) show = 1;
     else if (cf_arg_is(a, "--budget", NULL) && more) {
@@ -60,7 +60,7 @@ int cmd_tune(int argc, char **argv) {
         fprintf(stderr, "clformer tune: --fraction wants a number in (0, 1], got '%s'\n", argv[i]);
         return 2;
       }
-    } else { fprintf(stderr, "clformer tune: unexpected argument '%s'\n\n%s", a, usage); return 2; }
+    } else return cf_cli_unexpected("tune", argc, argv, i, usage);
   }
   cf_config cfg;
   int rc = cf_cli_load_model_config(&cfg, config, sets, nsets);

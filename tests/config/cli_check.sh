@@ -54,10 +54,21 @@ expect_error "--set cross-key check" "--set model.heads: 3 heads do not divide" 
 expect_error "missing file" "cannot open nope.yaml" "$bin" check nope.yaml
 expect_error "no config given" "a CONFIG file is required" "$bin" check
 # an option left without its value is named as such, in every command; a stray one is unexpected
-expect_error "train --device without value" "clformer train: --device needs a value" "$bin" train good.yaml --device
-expect_error "sample -n without value" "clformer sample: -n needs a value" "$bin" sample run -n
-expect_error "check --set without value" "clformer check: --set needs a value" "$bin" check good.yaml --set
-expect_error "compare --seeds without value" "clformer compare: --seeds needs a value" "$bin" compare good.yaml --seeds
+expect_error "train --device without value" "clformer train: option --device needs a value" "$bin" train good.yaml --device
+expect_error "sample -n without value" "clformer sample: option -n needs a value" "$bin" sample run -n
+expect_error "check --set without value" "clformer check: option --set needs a value" "$bin" check good.yaml --set
+expect_error "compare --seeds without value" "clformer compare: option --seeds needs a value" "$bin" compare good.yaml --seeds
+expect_error "devices -d without value" "clformer devices: option -d needs a value" "$bin" devices -d
+# every option that a command's --help shows with a value (--device SPEC, --budget SECONDS, ...), given last
+# without it, in every command: one helper says it (devices and tune once said "unknown argument")
+n=0
+for cmd in train sample check compare gradnorm devices selftest bench tune; do
+  for opt in $("$bin" $cmd --help | grep -oE -- '--[a-z-]+ [A-Z][A-Z_=]*' | cut -d' ' -f1 | sort -u); do
+    err=$("$bin" $cmd $opt 2>&1 >/dev/null); rc=$?; n=$((n + 1))
+    [[ $rc -eq 2 && "$err" == "clformer $cmd: option $opt needs a value"* ]] || bad "$cmd $opt without value: rc=$rc ${err%%$'\n'*}"
+  done
+done
+[[ $n -ge 30 ]] && ok "$n value options of 9 commands, each left without its value, say so" || bad "only $n options found in the --help texts"
 expect_error "unknown option" "clformer train: unexpected argument '--bogus'" "$bin" train good.yaml --bogus
 left=$(ls | grep -v '\.yaml$' | grep -vx text.txt || true)
 [[ -z "$left" ]] && echo "ok   nothing created" || { echo "FAIL files created: $left"; fail=1; }
