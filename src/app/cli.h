@@ -3,6 +3,8 @@
 #ifndef CLFORMER_CLI_H
 #define CLFORMER_CLI_H
 
+#include "clformer/train.h"
+
 int cmd_devices(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_train(int argc, char **argv);
@@ -37,8 +39,25 @@ typedef struct cf_experiment_args {
  * printing why it is bad (a malformed --seeds). */
 int cf_cli_experiment_arg(const char *cmd, int argc, char **argv, int *i, cf_experiment_args *a);
 
-/* argv[i] matched no option of `clformer cmd`: says so (or that the option needs a value, when it
- * is the last argument and the usage shows it with one) with the usage, and returns 2. */
+/* argv[i] matched no option of `clformer cmd`: says so (or "option --x needs a value", when it is the
+ * last argument and the usage shows it with one) with the usage, and returns 2. Every subcommand's
+ * parser ends in it. */
 int cf_cli_unexpected(const char *cmd, int argc, char **argv, int i, const char *usage);
+
+/* A training run's events, watched on their way to the display (inner) so that a run a runtime error
+ * stopped can be explained after it: the step it stopped in, the device memory it had, its checkpoint. */
+typedef struct cf_cli_run_watch {
+  cf_train_hooks inner;
+  int started, ended, last_step, steps;  /* last_step: the last one finished; ended: at the last step, or diverged */
+  double device_bytes;
+  char dir[2100], label[200];     /* of the last event */
+} cf_cli_run_watch;
+cf_train_hooks cf_cli_run_watch_hooks(cf_cli_run_watch *w, cf_train_hooks inner);
+/* After a run (of `clformer cmd`) that failed with st: nothing for bad input (exit code 2); else, on
+ * stderr, where it stopped, the device's memory for an out-of-memory or out-of-resources error (ctx
+ * may be NULL), and the state of the last checkpoint in the run's directory (dir until an event named
+ * one) with `resume`, the words that say how to continue ("continue with clformer train --resume D"). */
+void cf_cli_run_failed(const char *cmd, const cf_cli_run_watch *w, cf_status st, cf_context *ctx, const char *dir,
+                       const char *resume);
 
 #endif

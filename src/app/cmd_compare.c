@@ -46,11 +46,13 @@ int cmd_compare(int argc, char **argv) {
   if (!ea.path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
   o.path = ea.path, o.sets = ea.sets, o.nsets = ea.nsets, o.seeds = ea.seeds, o.device = ea.device, o.out = ea.out;
   cf_cli_progress progress = {.resume_hint = "run the same compare command again"};
-  o.hooks = cf_cli_train_hooks(&progress);
+  cf_cli_run_watch watch;
+  o.hooks = cf_cli_run_watch_hooks(&watch, cf_cli_train_hooks(&progress));
   int interrupted = 0;
   cf_cli_signals_catch();
   cf_status st = cf_compare(&o, &interrupted);
   cf_cli_signals_restore();
+  if (st != CF_OK) cf_cli_run_failed("compare", &watch, st, NULL, NULL, "run the same compare command again to resume it");
   if (st != CF_OK) return cf_exit_code(st);
   return interrupted || cf_cli_stop_requested() ? cf_cli_stop_exit_code() : 0;  /* 130 SIGINT, 143 SIGTERM */
 }

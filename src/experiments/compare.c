@@ -232,6 +232,14 @@ static cf_status report(const spec *s, const cf_compare_options *o, double entro
   return st;
 }
 
+/* Every variant this command trains opens its data, before the device or the first run: a missing
+ * file of the last variant is said at once, not after the others have trained. */
+static cf_status check_variants_data(const spec *s, int only_i) {
+  for (int i = 0; i < s->nv; i++)
+    if (only_i < 0 || i == only_i) CF_TRY(cf_data_check(&s->v[i].cfg));
+  return CF_OK;
+}
+
 /* The comparison's setup (the file, the variant asked for, the corpus for its unigram entropy,
  * the output directory), then its runs, then the report. A setup that fails leaves the old report
  * alone. */
@@ -244,6 +252,7 @@ static cf_status compare(spec *s, const cf_compare_options *o, int *interrupted)
   CF_TRY(cf_data_open(&data, &s->base));
   double entropy = data.unigram_entropy;
   cf_data_close(&data);
+  if (!o->report_only) CF_TRY(check_variants_data(s, only_i));
   CF_TRY(cf_mkdirs(s->out));
   if (!o->report_only) CF_TRY(train_all(s, o, only_i, interrupted));
   CF_TRY(check_all_runs(s));
