@@ -195,3 +195,36 @@ __kernel void segment_norms_finish(__global float *out, uint out_off, __global c
   for (uint k = 0; k < nb; k++) acc += partial[partial_off + first + k];
   out[out_off + s] = sqrt(acc);
 }
+
+// The divergence watch, once a training step with no host round trip. state[0] is 0 while every
+// step so far had a finite gradient norm and a finite loss <= loss_limit, 1 at the first step that
+// did not (state[1], state[2] then keep that step's loss and norm), 2 at every step after it.
+__kernel void divergence_watch(__global float *state, uint state_off, __global const float *loss, uint loss_off,
+                               __global const float *norm, uint norm_off, float loss_limit) {
+  if (get_global_id(0) != 0) return;
+  __global float *w = state + state_off;
+  float l = loss[loss_off], g = norm[norm_off];
+  if (w[0] != 0.0f) {
+    w[0] = 2.0f;
+    return;
+  }
+  if (isfinite(l) && isfinite(g) && l <= loss_limit) return;
+  w[0] = 1.0f;
+  w[1] = l;
+  w[2] = g;
+}
+
+// At the step the watch has just found bad (state[0] == 1), item s writes flags[s] = 1 when
+// segment s of x (table row s: offset, count) holds a NaN or an infinity, else 0. At any other
+// step every item returns at once, so the scan costs only on that one step.
+__kernel void nonfinite_segments(__global float *flags, uint flags_off, __global const float *state, uint state_off,
+                                 __global const float *x, uint x_off, __global const uint *table, uint table_off,
+                                 int nseg) {
+  int s = get_global_id(0);
+  if (s >= nseg || state[state_off] != 1.0f) return;
+  uint off = table[table_off + 2 * s], count = table[table_off + 2 * s + 1];
+  __global const float *p = x + x_off + off;
+  int bad = 0;
+  for (uint i = 0; i < count && !bad; i++) bad = !isfinite(p[i]);
+  flags[flags_off + s] = bad ? 1.0f : 0.0f;
+}

@@ -64,6 +64,22 @@ cf_status cf_model_logits(cf_model *m, int b, int t, float *out);
 /* L2 norm of each tensor's gradient, one per view (cf_model_num_views floats): the gradnorm experiment's numbers. */
 cf_status cf_model_tensor_grad_norms(cf_model *m, float *out);
 
+/* The divergence watch. cf_model_watch, once a training step after cf_model_global_grad_norm,
+ * checks that step's loss and gradient norm on the device and, at the first step where the norm is
+ * not finite or the loss not finite or above loss_limit, which tensors' gradients are not finite;
+ * a non-blocking read brings each verdict back, so no step waits for the device.
+ * cf_model_watch_poll looks at the verdicts of every watched step before the latest, and at the
+ * latest's too when wait_latest (then it waits for the device). */
+typedef struct cf_divergence {
+  int step;               /* the first step that diverged; 0: none so far */
+  float loss, grad_norm;  /* that step's */
+  int tensor;             /* the view nearest the output (backward reaches it first) whose gradient
+                             was not finite; -1: none (the loss alone) */
+  int tensors;            /* how many views' gradients were not finite */
+} cf_divergence;
+cf_status cf_model_watch(cf_model *m, int step, float loss_limit);
+cf_status cf_model_watch_poll(cf_model *m, int wait_latest, cf_divergence *out);
+
 /* Host copies of the flat buffers (cf_model_flat_floats floats each). which: 0 params, 1 grads,
  * 2 Adam m (or SGD momentum), 3 Adam v. */
 cf_status cf_model_read(cf_model *m, int which, float *host);

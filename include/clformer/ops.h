@@ -291,6 +291,24 @@ cf_status cf_segment_norms(cf_context *ctx, cf_mem out,  // (nseg)
                            const size_t *offsets, const size_t *counts, int nseg, cf_mem scratch);
 size_t cf_segment_norms_scratch_floats(const size_t *counts, int nseg);
 
+/* The divergence watch, one launch a training step and no host round trip. state (3 floats, zero
+ * at first): state[0] stays 0 while every norm seen was finite and every loss finite and <=
+ * loss_limit, becomes 1 at the first call where not (state[1], state[2] := that loss and norm),
+ * and 2 at every call after. */
+cf_status cf_divergence_watch(cf_context *ctx, cf_mem state,  // (3), in place
+                              cf_mem loss, cf_mem norm,       // (1) each
+                              float loss_limit);
+/* When state[0] == 1 (the watch has just found a bad step): flags[s] = 1 if x's segment s holds a
+ * NaN or an infinity, else 0. Otherwise nothing is written. table: cf_segment_table's pairs,
+ * uploaded once. */
+cf_status cf_nonfinite_segments(cf_context *ctx, cf_mem flags,  // (nseg)
+                                cf_mem state,                   // (3)
+                                cf_mem x,                       // flat buffer holding every segment
+                                cf_mem table,                   // uint (2 * nseg)
+                                int nseg);
+/* table[2s], table[2s + 1] = offsets[s], counts[s] as uint32 (CF_ERR_INVALID_ARG beyond 2^32). */
+cf_status cf_segment_table(const size_t *offsets, const size_t *counts, int nseg, uint32_t *table);
+
 /* x *= min(1, clip_norm / (norm[0] + 1e-6)), norm read on the device; nothing when clip_norm <= 0. */
 cf_status cf_clip_by_norm(cf_context *ctx, cf_mem x,  // (n)
                           size_t n, cf_mem norm,      // (1)

@@ -82,6 +82,10 @@ void ref_sgd_update(double *params_out, double *buf_out, const float *params, co
 double ref_clip_scale(double norm, double clip_norm);
 double ref_global_norm(const float *x, size_t n);
 void ref_segment_norms(double *out, const float *x, const size_t *offsets, const size_t *counts, int nseg);
+/* The watch: state_out from state, loss and norm; flags_out (prior values kept when state[0] != 1). */
+void ref_divergence_watch(double *state_out, const float *state, float loss, float norm, float loss_limit);
+void ref_nonfinite_segments(double *flags_out, const float *flags, const float *state, const float *x,
+                            const size_t *offsets, const size_t *counts, int nseg);
 void ref_clip_by_norm(double *out, const float *x, size_t n, float norm, float clip_norm);
 
 #endif

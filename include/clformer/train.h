@@ -87,8 +87,9 @@ typedef enum cf_train_event_kind {
   CF_TRAIN_STARTED,   /* model and data ready: the fields below marked (start) are set */
   CF_TRAIN_LOGGED,    /* a progress row (every train.log_every steps, at evaluations and the last step) */
   CF_TRAIN_TICK,      /* a step between rows (only when hooks.ticks is set): step and steps */
-  CF_TRAIN_DIVERGED,  /* the run diverged at `step`: its train_loss or grad_norm, or (in_validation) its
-                         validation loss, was not finite or too large */
+  CF_TRAIN_DIVERGED,  /* the run diverged at `step` (every step is watched): its own loss (train_loss)
+                         was not finite or above loss_limit, or its gradient norm not finite; or
+                         (in_validation) the validation loss was not finite */
   CF_TRAIN_STOPPED,   /* stopped on request after `step`, its checkpoint saved */
 } cf_train_event_kind;
 
@@ -101,6 +102,10 @@ typedef struct cf_train_event {
   double tokens_per_s, elapsed_s, eta_s;
   int checkpoint_step;                           /* DIVERGED: the last good checkpoint's step, 0 if none */
   int in_validation;                             /* DIVERGED: at the evaluation, valid_loss not finite */
+  double loss_limit;                             /* DIVERGED (not in_validation): cf_train_loss_limit */
+  const char *tensor;                            /* DIVERGED: the tensor nearest the output whose gradient
+                                                    was not finite; NULL: none was */
+  int tensors, num_tensors;                      /* DIVERGED: how many tensors' gradients were not, of all */
   /* (start) */
   int resumed;                                   /* continuing after `step` */
   double params, device_bytes;
@@ -142,9 +147,13 @@ typedef struct cf_train_result {
 cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options *opts, cf_train_result *res);
 
 /* One optimizer step on one batch (B*T inputs and targets): forward with dropout, backward, the
- * gradient norm, the update at learning rate lr, and the batch's loss added into loss_acc (one
- * device float). The same step for `train` and `bench step`. */
+ * gradient norm, the divergence watch (cf_model_watch, at cf_train_loss_limit), the update at
+ * learning rate lr, and the batch's loss added into loss_acc (one device float). The same step for
+ * `train` and `bench step`. */
 cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc);
+/* A step's loss above this, three times that of guessing uniformly among vocab (16.6 nats for
+ * bytes), counts as divergence: no learning run comes back from it in practice. */
+double cf_train_loss_limit(int vocab);
 
 /* Mean validation loss over the config's fixed validation batches. */
 cf_status cf_evaluate(cf_model *m, const cf_data *d, const cf_config *cfg, double *loss);

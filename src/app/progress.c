@@ -62,13 +62,25 @@ static void print_row(const cf_train_event *e, const char *label, const char *se
          e->tokens_per_s, el, eta);
 }
 
+static void why_diverged(const cf_train_event *e, char *buf, size_t n) {
+  if (!isfinite(e->train_loss)) snprintf(buf, n, "the loss is not finite");
+  else if (e->train_loss > e->loss_limit)
+    snprintf(buf, n, "the loss is above %.1f, three times a uniform guess's", e->loss_limit);
+  else snprintf(buf, n, "the gradient norm is not finite");
+}
+
 static void print_diverged(const cf_train_event *e, const char *label, const char *sep) {
   if (e->in_validation) {
     printf("%s%sstep %d: the validation loss is not finite: the run diverged\n", label, sep, e->step);
     return;
   }
-  printf("%s%sstep %d: loss %g, gradient norm %g (not finite, or above 3 ln 256): the run diverged; ", label, sep,
-         e->step, e->train_loss, e->grad_norm);
+  char why[96];
+  why_diverged(e, why, sizeof why);
+  printf("%s%sstep %d: loss %g, gradient norm %g: the run diverged (%s); ", label, sep, e->step, e->train_loss,
+         e->grad_norm, why);
+  if (e->tensor)
+    printf("the first gradient to go non-finite (backward from the loss) is %s's (%d of %d tensors); ", e->tensor,
+           e->tensors, e->num_tensors);
   if (e->checkpoint_step) printf("the last good checkpoint is kept, from step %d\n", e->checkpoint_step);
   else printf("it diverged before its first checkpoint\n");
 }

@@ -1,6 +1,7 @@
 /* The op table's optimizer rows: the global gradient norm and per-segment norms, Adam and AdamW
- * (step 3) and SGD with momentum, each clipped to half the norm computed on the device, and the
- * clip on its own. */
+ * (step 3) and SGD with momentum, each clipped to half the norm computed on the device, the clip on
+ * its own, and the non-finite watch. */
+#include <math.h>
 #include "check/op_table.h"
 
 #define DIMS .check_dims = {.N = 7, .C = 43}, .test_dims = {.N = 97, .C = 1031}
@@ -85,6 +86,45 @@ static void clip_by_norm_ref(cf_op_case *c) {
   ref_clip_by_norm(c->ref[U_PARAMS], c->host[U_PARAMS], cn(c), c->host[U_NORM][0], clip(c));
 }
 
+/* The watch at a healthy step (the path every training step takes): state stays as it is. The
+ * paths that store a non-finite loss are tests/ops/test_optimizer.c's (non-finite never compares);
+ * param 1: the loss above the limit, the path that stores finite values. */
+enum { W_STATE, W_LOSS, W_NORM };
+static cf_status watch_healthy(cf_op_case *c) {
+  c->host[W_STATE][0] = 0;
+  return cf_write(c->ctx, c->dev[W_STATE], c->host[W_STATE], 3);
+}
+static float watch_limit(const cf_op_case *c) { return c->op->param ? -2.0f : 2.0f; }  /* inputs lie in [-1, 1) */
+static cf_status divergence_watch(const cf_op_case *c) {
+  return cf_divergence_watch(c->ctx, c->dev[W_STATE], c->dev[W_LOSS], c->dev[W_NORM], watch_limit(c));
+}
+static void divergence_watch_ref(cf_op_case *c) {
+  ref_divergence_watch(c->ref[W_STATE], c->host[W_STATE], c->host[W_LOSS][0], c->host[W_NORM][0], watch_limit(c));
+}
+
+/* At the bad step: a NaN planted in segment 1, an infinity in segment 3 (the last element). */
+enum { F_FLAGS, F_STATE, F_X, F_TABLE };
+static cf_status segments_bad_step(cf_op_case *c) {
+  size_t offs[NSEG], counts[NSEG], n = cn(c);
+  uint32_t table[2 * NSEG];
+  segments(n, offs, counts);
+  CF_TRY(cf_segment_table(offs, counts, NSEG, table));
+  c->host[F_X][offs[1] + counts[1] / 2] = NAN;
+  c->host[F_X][n - 1] = INFINITY;
+  float state[3] = {1, 0, 0};
+  CF_TRY(cf_write(c->ctx, c->dev[F_X], c->host[F_X], n));
+  CF_TRY(cf_write(c->ctx, c->dev[F_STATE], state, 3));
+  return cf_write(c->ctx, c->dev[F_TABLE], table, 2 * NSEG);
+}
+static cf_status nonfinite_segments(const cf_op_case *c) {
+  return cf_nonfinite_segments(c->ctx, c->dev[F_FLAGS], c->dev[F_STATE], c->dev[F_X], c->dev[F_TABLE], NSEG);
+}
+static void nonfinite_segments_ref(cf_op_case *c) {
+  size_t offs[NSEG], counts[NSEG];
+  segments(cn(c), offs, counts);
+  ref_nonfinite_segments(c->ref[F_FLAGS], c->host[F_FLAGS], c->host[F_STATE], c->host[F_X], offs, counts, NSEG);
+}
+
 #define UPDATE_TENSORS(params_role)                                                                      \
   {"params", "NC", 0, params_role, 0, 0}, {"grads", "NC", 0, CF_OP_IN, 0, 0}, {"grad_norm", "", 0, CF_OP_SAVED, 0, 0},     \
       {"scratch", "S", 0, CF_OP_SCRATCH, 0, 0}
@@ -99,6 +139,16 @@ const cf_op cf_ops_optimizer[] = {
     {"segment_norms", "optimizer",
      {{"out", "", NSEG, CF_OP_OUT, 0, 0}, {"x", "NC", 0, CF_OP_IN, 0, 0}, {"scratch", "S", 0, CF_OP_SCRATCH, 0, 0}}, NORM_TOL, 0, DIMS,
      segment_norms, segment_norms_ref, .scratch = segment_scratch},
+    {"divergence_watch", "optimizer",
+     {{"state", "", 3, CF_OP_INOUT, 0, 0}, {"loss", "", 0, CF_OP_IN, 0, 0}, {"norm", "", 0, CF_OP_IN, 0, 0}}, NORM_TOL, 0,
+     DIMS, divergence_watch, divergence_watch_ref, watch_healthy},
+    {"divergence_watch_above", "optimizer",
+     {{"state", "", 3, CF_OP_INOUT, 0, 0}, {"loss", "", 0, CF_OP_IN, 0, 0}, {"norm", "", 0, CF_OP_IN, 0, 0}}, NORM_TOL, 1,
+     DIMS, divergence_watch, divergence_watch_ref, watch_healthy},
+    {"nonfinite_segments", "optimizer",
+     {{"flags", "", NSEG, CF_OP_OUT, 0, 0}, {"state", "", 3, CF_OP_SAVED, 0, 0}, {"x", "NC", 0, CF_OP_IN, 0, 0},
+      {"table", "", 2 * NSEG, CF_OP_SAVED, 0, 0}},
+     NORM_TOL, 0, DIMS, nonfinite_segments, nonfinite_segments_ref, segments_bad_step},
     {"adam_update", "optimizer", ADAM_TENSORS, TOL, 0, DIMS, adam, adam_ref, norm_prepare, norm_scratch, adam_bytes},
     {"adamw_update", "optimizer", ADAM_TENSORS, TOL, 1, DIMS, adam, adam_ref, norm_prepare, norm_scratch, adam_bytes},
     {"sgd_update", "optimizer", {UPDATE_TENSORS(CF_OP_INOUT), {"momentum", "NC", 0, CF_OP_INOUT, 0, 0}}, TOL, 0, DIMS, sgd,

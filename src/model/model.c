@@ -12,49 +12,11 @@
 #include "clformer/model.h"
 #include "clformer/base.h"
 #include "model/memory.h"
+#include "model/model_internal.h"
 #include "runtime/runtime.h"
-
-typedef struct layer_params {  /* offsets into the flat parameter buffer */
-  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-} layer_params;
-
-/* Activations saved for backward, per layer. Pre-LN: norm1 = LN1(x), res1 = x + attn,
- * norm2 = LN2(res1), res2 = res1 + ffn (the output). Post-LN: res1 = x + attn, norm1 = LN1(res1),
- * res2 = norm1 + ffn, norm2 = LN2(res2) (the output). */
-typedef struct layer_acts {
-  size_t norm1, mean1, rstd1, res1, norm2, mean2, rstd2, res2;
-  size_t qkv, qkvp, att, atty, h, a;
-} layer_acts;
 
 enum { DROP_EMB = 0, DROP_ATT_PROBS, DROP_ATT_OUT, DROP_FFN_ACT, DROP_FFN_OUT };
 
-struct cf_model {
-  cf_context *ctx;
-  cf_model_config mc;
-  cf_optim_config oc;
-  unsigned long long seed;       /* the dropout masks' Philox key */
-  int B, T, C, NH, F, L, V;
-  cf_activation act;
-  cf_tensor_view *views;
-  int nviews, cap_views;
-  size_t nparams;
-  cl_mem params, grads, m1, m2;  /* m1/m2: Adam's moments (m1 is SGD's momentum) */
-  layer_params *lp;
-  size_t wte, wpe, lnf_w, lnf_b, out_w;  /* wpe/lnf unused (SIZE_MAX) when absent; out_w == wte when tied */
-  cl_mem acts;
-  layer_acts *la;
-  size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, dlogits, losses, loss, grad_norm;
-  cl_mem tokens, targets;  /* int (B, T) */
-  /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
-   * per step) and a slot is reused only after its previous write has completed. */
-  struct staging { int *host[2]; cl_event ev[2]; int next; } stage_tokens, stage_targets;
-  cl_mem scratch;
-  size_t s_attn, s_branch, s_stream, s_res, s_wide, s_dqkv, s_norm;
-  size_t bytes;
-  int count;               /* targets that count for the loss in the last forward */
-  uint32_t step;           /* dropout key of the last forward */
-  int train;
-};
 
 /* ---------- layout ---------- */
 
@@ -143,6 +105,9 @@ static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
   m->losses = take(acts, N);
   m->loss = take(acts, 1);
   m->grad_norm = take(acts, 1);
+  m->watch_state = take(acts, 3);
+  m->watch_flags = take(acts, (size_t)m->nviews);
+  m->watch_table = take(acts, 2 * (size_t)m->nviews);
   *scratch = 0;
   m->s_attn = take(scratch, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->mc.attn_dropout > 0));
   m->s_branch = take(scratch, N * C);
@@ -192,6 +157,7 @@ cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_o
     if ((st = cf_buffer_create(ctx, bufs[i].bytes, mems[i])) != CF_OK) goto fail;
     m->bytes += bufs[i].bytes;
   }
+  if ((st = cf_model_watch_setup(m)) != CF_OK) goto fail;
   *out = m;
   return CF_OK;
 fail:
@@ -201,6 +167,7 @@ fail:
 
 void cf_model_free(cf_model *m) {
   if (!m) return;
+  cf_model_watch_release(m);
   cf_buffer_free(m->params);
   cf_buffer_free(m->grads);
   cf_buffer_free(m->m1);

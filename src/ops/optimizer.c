@@ -170,3 +170,34 @@ cf_status cf_segment_norms(cf_context *ctx, cf_mem out, cf_mem x, const size_t *
   size_t global = (size_t)nseg, local = 64;
   return cf_launch_run(&L, 1, &global, &local);
 }
+
+/* ---------- the non-finite watch ---------- */
+
+cf_status cf_divergence_watch(cf_context *ctx, cf_mem state, cf_mem loss, cf_mem norm, float loss_limit) {
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "optimizer", "divergence_watch");
+  CF_ARG_MEMS(&L, state, loss, norm);
+  cf_arg_float(&L, loss_limit);
+  size_t one = 1;
+  return cf_launch_run(&L, 1, &one, &one);
+}
+
+cf_status cf_segment_table(const size_t *offsets, const size_t *counts, int nseg, uint32_t *table) {
+  for (int s = 0; s < nseg; s++) {
+    if (offsets[s] + counts[s] > UINT32_MAX)
+      return CF_FAIL(CF_ERR_INVALID_ARG, "cf_segment_table: segment %d ends beyond 2^32 elements", s);
+    table[2 * s] = (uint32_t)offsets[s];
+    table[2 * s + 1] = (uint32_t)counts[s];
+  }
+  return CF_OK;
+}
+
+cf_status cf_nonfinite_segments(cf_context *ctx, cf_mem flags, cf_mem state, cf_mem x, cf_mem table, int nseg) {
+  if (nseg <= 0) return nseg == 0 ? CF_OK : CF_FAIL(CF_ERR_INVALID_ARG, "cf_nonfinite_segments: nseg = %d", nseg);
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "optimizer", "nonfinite_segments");
+  CF_ARG_MEMS(&L, flags, state, x, table);
+  cf_arg_int(&L, nseg);
+  size_t global = (size_t)nseg;
+  return cf_launch_run(&L, 1, &global, NULL);
+}

@@ -53,3 +53,21 @@ void ref_clip_by_norm(double *out, const float *x, size_t n, float norm, float c
   double s = ref_clip_scale(norm, clip_norm);
   for (size_t i = 0; i < n; i++) out[i] = s * x[i];
 }
+
+void ref_divergence_watch(double *state_out, const float *state, float loss, float norm, float loss_limit) {
+  for (int i = 0; i < 3; i++) state_out[i] = state[i];
+  if (state[0] != 0) state_out[0] = 2;
+  else if (!isfinite(loss) || !isfinite(norm) || loss > loss_limit)
+    state_out[0] = 1, state_out[1] = loss, state_out[2] = norm;
+}
+
+void ref_nonfinite_segments(double *flags_out, const float *flags, const float *state, const float *x,
+                            const size_t *offsets, const size_t *counts, int nseg) {
+  for (int s = 0; s < nseg; s++) {
+    flags_out[s] = flags[s];
+    if (state[0] != 1) continue;
+    flags_out[s] = 0;
+    for (size_t i = 0; i < counts[s]; i++)
+      if (!isfinite(x[offsets[s] + i])) flags_out[s] = 1;
+  }
+}

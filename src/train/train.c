@@ -50,10 +50,13 @@ static cf_status write_text(const char *path, const cf_config *cfg) {
   return st;
 }
 
+double cf_train_loss_limit(int vocab) { return 3 * log((double)vocab); }
+
 cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc) {
   CF_TRY(cf_model_forward(m, inputs, targets, (uint32_t)step, 1));
   CF_TRY(cf_model_backward(m));
   CF_TRY(cf_model_global_grad_norm(m));
+  CF_TRY(cf_model_watch(m, step, (float)cf_train_loss_limit(cf_model_vocab(m))));
   CF_TRY(cf_model_update(m, lr, step));
   return cf_model_add_loss(m, loss_acc);
 }
@@ -198,14 +201,9 @@ static void emit_started(const run *r) {
   emit(r, &e);
 }
 
-/* Diverged: a non-finite loss or gradient, or a loss three times that of guessing uniformly
- * (3 ln V: 16.6 nats for bytes), which no learning run comes back from in practice. */
-static int diverged(double train_loss, float gnorm, int vocab) {
-  return !isfinite(train_loss) || !isfinite(gnorm) || train_loss > 3 * log((double)vocab);
-}
-
-/* A row after `step`: the mean train loss since the last row, an evaluation when due, metrics.csv,
- * the event, a checkpoint when due. *stop is set when the run diverged. */
+/* A row after `step` (the watch has passed it): the mean train loss since the last row, an
+ * evaluation when due, metrics.csv, the event, a checkpoint when due. *stop is set when the
+ * validation loss is not finite. */
 static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int do_log, int *stop) {
   const cf_config *cfg = r->cfg;
   float sum, gnorm, zero = 0;
@@ -216,14 +214,6 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   cf_train_event e = {.kind = CF_TRAIN_LOGGED, .step = step, .lr = lr, .train_loss = train_loss, .valid_loss = NAN,
                       .grad_norm = gnorm, .elapsed_s = elapsed, .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0};
   r->res->final_train = train_loss;
-  if (diverged(train_loss, gnorm, cfg->model.vocab)) {
-    r->ts.diverged_step = step;
-    cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, NAN, gnorm, NAN, elapsed});
-    e.kind = CF_TRAIN_DIVERGED;
-    emit(r, &e);
-    *stop = 1;
-    return CF_OK;
-  }
   if (do_eval) {
     CF_TRY(cf_evaluate(r->m, &r->data, cfg, &e.valid_loss));
     r->res->final_valid = e.valid_loss;
@@ -255,6 +245,25 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   return CF_OK;
 }
 
+/* The watch found a step that diverged (the loop is at most one step past it): its metrics row,
+ * the event naming the tensor, and the end of the run. */
+static cf_status nonfinite(run *r, const cf_divergence *bad) {
+  const cf_config *cfg = r->cfg;
+  double elapsed = r->wall0 + cf_now() - r->t_start;
+  float lr = (float)cf_config_lr(cfg, bad->step);
+  r->ts.diverged_step = bad->step;
+  r->res->final_train = bad->loss;
+  cf_metrics_append(r->metrics, &(cf_metrics_row){bad->step, lr, bad->loss, NAN, bad->grad_norm, NAN, elapsed});
+  cf_train_event e = {.kind = CF_TRAIN_DIVERGED, .step = bad->step, .lr = lr, .train_loss = bad->loss,
+                      .valid_loss = NAN, .grad_norm = bad->grad_norm, .elapsed_s = elapsed,
+                      .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0,
+                      .loss_limit = cf_train_loss_limit(cfg->model.vocab),
+                      .tensor = bad->tensor >= 0 ? cf_model_view(r->m, bad->tensor)->name : NULL,
+                      .tensors = bad->tensors, .num_tensors = cf_model_num_views(r->m)};
+  emit(r, &e);
+  return CF_OK;
+}
+
 static int stop_asked(const run *r) {
   const cf_train_hooks *h = &r->opts->hooks;
   return h->should_stop && h->should_stop(h->user);
@@ -275,6 +284,9 @@ static cf_status loop(run *r) {
     int do_log = step % cfg->train.log_every == 0 || last;
     int do_eval = (cfg->train.eval_every && step % cfg->train.eval_every == 0) || last;
     int do_ckpt = (cfg->train.checkpoint_every && step % cfg->train.checkpoint_every == 0) || last;
+    cf_divergence bad;  /* a row waits for this step's verdict: no checkpoint after a bad step */
+    CF_TRY(cf_model_watch_poll(r->m, do_log || do_eval || do_ckpt, &bad));
+    if (bad.step) return nonfinite(r, &bad);
     if (do_log || do_eval || do_ckpt) {
       int div = 0;
       CF_TRY(row(r, step, lr, do_eval, do_ckpt, do_log, &div));

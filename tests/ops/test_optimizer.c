@@ -249,6 +249,72 @@ static void test_bad_args(cf_context *ctx) {
   cf_clear_error();
 }
 
+/* Equal as floats, NaN equal to NaN (what the watch stores is non-finite by definition). */
+static int same(float a, double b) { return (isnan(a) && isnan(b)) || (double)a == b; }
+
+/* The watch's every path: healthy stays 0 (stored values untouched), a NaN loss, an infinite norm
+ * or a loss above the limit at state 0 becomes 1 and is stored, 1 and 2 become 2 keeping what was
+ * stored. */
+static void test_divergence_watch(cf_context *ctx) {
+  struct { float state[3], loss, norm; } cases[] = {
+      {{0, 5, 6}, 2.5f, 1.0f},     {{0, 5, 6}, NAN, 1.0f},      {{0, 5, 6}, 2.5f, INFINITY}, {{0, 5, 6}, -INFINITY, NAN},
+      {{0, 5, 6}, 16.5f, 1.0f},    {{0, 5, 6}, 16.75f, 1.0f},   {{1, NAN, 3}, 2.5f, 1.0f},   {{2, 7, NAN}, NAN, NAN},
+  };
+  const float limit = 16.5f;  /* case 4 at the limit stays healthy, case 5 above it does not */
+  const float expect[] = {0, 1, 1, 1, 0, 1, 2, 2};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    cf_mem state = test_tensor(ctx, cases[i].state, 3, 5), loss = test_tensor(ctx, &cases[i].loss, 1, 3),
+           norm = test_tensor(ctx, &cases[i].norm, 1, 1);
+    TEST_OK(cf_divergence_watch(ctx, state, loss, norm, limit));
+    float *out = test_read(ctx, state, 3), *before = test_read(ctx, cf_at(state.buf, 0), 5);
+    double ref[3];
+    ref_divergence_watch(ref, cases[i].state, cases[i].loss, cases[i].norm, limit);
+    int ok = same(out[0], ref[0]) && same(out[1], ref[1]) && same(out[2], ref[2]) && out[0] == expect[i];
+    TEST_ASSERT(ok, "divergence_watch case %zu: state (%g %g %g), reference (%g %g %g)", i, out[0], out[1], out[2], ref[0],
+                ref[1], ref[2]);
+    TEST_ASSERT(isnan(before[4]), "divergence_watch wrote before its state");
+    if (ok) printf("ok   divergence_watch case %zu: state %g -> %g\n", i, cases[i].state[0], out[0]);
+    free(out), free(before);
+  }
+  test_free_tensors();
+}
+
+/* The scan at the bad step (state 1) flags exactly the segments holding a NaN or an infinity,
+ * whatever their size and wherever in them; at states 0 and 2 it writes nothing. */
+static void test_nonfinite_segments(cf_context *ctx) {
+  size_t counts[] = {1, 0, 257, 4099, 100003, 7, 64}, offsets[7], total = 0;
+  int nseg = 7;
+  for (int s = 0; s < nseg; s++) offsets[s] = total, total += counts[s] + 1;
+  test_rng r = test_rng_seed(7);
+  float *x = test_falloc(total);
+  test_fill_uniform(&r, x, total, -3.0f, 3.0f);
+  x[offsets[0]] = NAN;                      /* a one-element segment */
+  x[offsets[3] + counts[3] - 1] = INFINITY; /* the last element of an odd size */
+  x[offsets[4] + 50001] = -INFINITY;        /* the middle of a long one */
+  x[offsets[5] + counts[5]] = NAN;          /* the gap after segment 5: belongs to none */
+  uint32_t table[14];
+  TEST_OK(cf_segment_table(offsets, counts, nseg, table));
+  cf_mem bx = test_tensor(ctx, x, total, 3), bt = test_tensor(ctx, (const float *)(const void *)table, 14, 1);
+  for (int state0 = 0; state0 < 3; state0++) {
+    float state[3] = {(float)state0, 0, 0}, before[7];
+    for (int s = 0; s < nseg; s++) before[s] = 0.5f;
+    cf_mem flags = test_tensor(ctx, before, (size_t)nseg, 2), st = test_tensor(ctx, state, 3, 0);
+    TEST_OK(cf_nonfinite_segments(ctx, flags, st, bx, bt, nseg));
+    float *out = test_read(ctx, flags, (size_t)nseg);
+    double *ref = test_dalloc((size_t)nseg);
+    ref_nonfinite_segments(ref, before, state, x, offsets, counts, nseg);
+    char what[64];
+    snprintf(what, sizeof what, "nonfinite_segments state %d", state0);
+    test_compare(what, out, ref, (size_t)nseg, 0, 0);
+    if (state0 == 1)
+      TEST_ASSERT(out[0] == 1 && out[1] == 0 && out[2] == 0 && out[3] == 1 && out[4] == 1 && out[5] == 0 && out[6] == 0,
+                  "nonfinite_segments flags %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+    free(out), free(ref);
+  }
+  free(x);
+  test_free_tensors();
+}
+
 int main(void) {
   cf_context *ctx = test_context();
   size_t norm_sizes[] = {0, 1, 257, 1000003};
@@ -265,6 +331,8 @@ int main(void) {
   test_sgd(ctx, 513, 0.0f, 0, 2);
   test_adam_large(ctx);
   test_bad_args(ctx);
+  test_divergence_watch(ctx);
+  test_nonfinite_segments(ctx);
   cf_context_free(ctx);
   return test_finish("test_optimizer");
 }

@@ -49,11 +49,26 @@ err=$("$bin" train tiny.yaml --resume nowhere 2>&1); rc=$?
 
 err=$("$bin" train tiny.yaml --set train.out=f --set optim.lr=9 --set model.norm=post --set optim.name=sgd --set optim.momentum=0 --quiet 2>&1); rc=$?
 grep -q '"status": "diverged"' f/run.json 2>/dev/null && [[ $rc -eq 3 ]] && ok "divergence is recorded, exit 3" || bad "divergence: rc=$rc $(cat f/run.json 2>/dev/null) $err"
-# a loss and gradient gone NaN: the message names them (not the validation loss) and the checkpoint situation
-out=$("$bin" train tiny.yaml --set train.out=f2 --set optim.lr=10 --set model.norm=post --set optim.name=sgd --set optim.momentum=0 \
-      --set train.checkpoint_every=0 --set train.eval_every=0 --set train.steps=40 --set train.log_every=40 2>&1); rc=$?
-[[ $rc -eq 3 && "$out" == *"nan, gradient norm "*"nan ("*"the run diverged; it diverged before its first checkpoint"* ]] \
-  && ok "a training divergence is reported as one" || bad "divergence message: rc=$rc $out"
+# every step is watched: the run stops at the very step that diverged however rarely it logs, says
+# why, keeps the checkpoint before it and writes none after (rows every 50 steps found it at 4)
+div=(train tiny.yaml --set optim.lr=10 --set model.norm=post --set optim.name=sgd --set optim.momentum=0
+     --set train.eval_every=0 --set train.steps=40)
+out1=$("$bin" "${div[@]}" --set train.out=f1 --set train.log_every=1 --set train.checkpoint_every=1 2>&1); rc1=$?
+out2=$("$bin" "${div[@]}" --set train.out=f2 --set train.log_every=50 --set train.checkpoint_every=2 2>&1); rc2=$?
+s1=$(sed -n 's/^step \([0-9]*\): loss .*the run diverged (the loss is above 16.6.*/\1/p' <<<"$out1")
+s2=$(sed -n 's/^step \([0-9]*\): loss .*the run diverged (the loss is above 16.6.*/\1/p' <<<"$out2")
+ck2=$(python3 -c "
+import json,struct
+b=open('f2/checkpoint.safetensors','rb').read(); n=struct.unpack('<Q',b[:8])[0]; print(json.loads(b[8:8+n])['__metadata__']['step'])" 2>/dev/null)
+last2=$(tail -1 f2/metrics.csv | cut -d, -f1)
+[[ $rc1 -eq 3 && $rc2 -eq 3 && -n "$s1" && "$s2" == "$s1" && "$last2" == "$s2" ]] \
+  && grep -q "\"diverged_step\": $s2," f2/run.json && grep -q "\"steps_done\": $((s2 - 1))," f2/run.json \
+  && ok "divergence found at its very step ($s2) whether rows come every step or every 50" \
+  || bad "divergence step: rc=$rc1/$rc2 every-step=$s1 every-50=$s2 last row=$last2 $out2 $(cat f2/run.json)"
+want=$(( (s2 - 1) / 2 * 2 ))
+[[ "$ck2" == "$want" && "$out2" == *"the last good checkpoint is kept, from step $want"* ]] \
+  && ok "the checkpoint before the divergence (step $want) is kept, none written after" \
+  || bad "checkpoint after divergence: step $ck2, want $want: $out2"
 
 "$bin" train tiny.yaml --set train.out=g --set train.steps=100000 --set train.log_every=1 --set train.eval_every=0 \
   --set train.checkpoint_every=0 > g.log 2>&1 &
