@@ -9,7 +9,9 @@ cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out) {
                    bytes, ctx->info.max_alloc);
   cl_int err;
   *out = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-  CF_CHECK(err);
+  if (err != CL_SUCCESS)
+    return cf_report(err, "clCreateBuffer", __FILE__, __LINE__, "%zu bytes (%.1f MiB) asked for", bytes,
+                     (double)bytes / 1048576.0);
   return CF_OK;
 }
 

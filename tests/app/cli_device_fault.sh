@@ -66,7 +66,7 @@ out=$("$bin" train --resume run --quiet 2>&1); rc=$?
 # 4. CL_MEM_OBJECT_ALLOCATION_FAILURE at every buffer from the first: the model cannot be created
 err=$(with_fault CLFAULT_CREATE_BUFFER_FAIL_AT=1 CLFAULT_STICKY=1 CLFAULT_ERROR=CL_MEM_OBJECT_ALLOCATION_FAILURE \
       "$bin" train tiny.yaml --set train.out=alloc 2>&1); rc=$?
-[[ $rc -eq 1 && "$err" == *"CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"* && "$err" == *"while setting up the run, before its first step"* \
+[[ $rc -eq 1 && "$err" == *"clCreateBuffer"*"CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"* && "$err" == *" MiB) asked for"* && "$err" == *"while setting up the run, before its first step"* \
    && "$err" == *" MiB of memory (at most "*" MiB in one buffer) and could not allocate"* && "$err" != *"Segmentation"* ]] \
   && ok "an allocation failure at model creation: exit 1, said clearly with the device's memory" || bad "alloc: rc=$rc $err"
 [[ ! -e alloc/config.yaml && ! -e alloc/checkpoint.safetensors && "$err" == *"run the same command again"* ]] \
