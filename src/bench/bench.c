@@ -7,7 +7,8 @@
  * Timing: the launchers enqueue without events, so each sample is wall-clock time around a batch
  * of launches bracketed by clFinish (batch sized so a sample lasts >= ~2 ms, which amortises the
  * finish), divided by the batch; the result is the median of `repeat` samples after warm-up.
- * The copy is timed the same way (and also by its profiling event, printed beside it).
+ * The copy is timed the same way (and also by its profiling event, printed beside it; gbs_event is
+ * 0 without profiling, null where the events read 0 ns, as on Mesa's rusticl 22.3).
  *
  * Bytes: each row's bytes function, what the op must read and write at least, 4 bytes a float (an
  * implementation that reads something twice gets no credit for it). The softmax kernels here:
@@ -179,7 +180,8 @@ static cf_status run_copy(void *arg) {
   return cf_copy(c->ctx, cf_at(c->dst, 0), cf_at(c->src, 0), BENCH_COPY_FLOATS);
 }
 
-/* The same copy by its profiling event (median), when the queue profiles; 0 when it does not. */
+/* The same copy by its profiling event (median), when the queue profiles; 0 when it does not, -1
+ * when its events read 0 (Mesa's rusticl 22.3). */
 static cf_status copy_by_event(bench *s, cl_mem src, cl_mem dst, double *gbs) {
   size_t bytes = (size_t)BENCH_COPY_FLOATS * 4;
   *gbs = 0;
@@ -199,7 +201,8 @@ static cf_status copy_by_event(bench *s, cl_mem src, cl_mem dst, double *gbs) {
     if (err != CL_SUCCESS) { free(v); return cf_report(err, "timing a copy by its event", __FILE__, __LINE__, NULL); }
     v[r] = (double)(t1 - t0) * 1e-9;
   }
-  *gbs = 2.0 * (double)bytes / cf_median(v, s->repeat) * 1e-9;
+  double med = cf_median(v, s->repeat);
+  *gbs = med > 0 ? 2.0 * (double)bytes / med * 1e-9 : -1;  /* -1: the events read 0 (they measure nothing) */
   free(v);
   return CF_OK;
 }
@@ -259,6 +262,7 @@ static cf_status print_header(bench *s, double ev_gbs) {
   fprintf(s->tables, "device: %s (%s)\n", d->name, d->platform_name);
   fprintf(s->tables, "copy bandwidth (clEnqueueCopyBuffer of 64 MiB, read + write): %.2f GB/s wall-clock", s->copy_gbs);
   if (ev_gbs > 0) fprintf(s->tables, ", %.2f GB/s by its profiling event", ev_gbs);
+  if (ev_gbs < 0) fprintf(s->tables, " (its profiling event read 0 ns: this device's events do not measure)");
   fprintf(s->tables, "\ntiming: wall-clock around batches of launches between clFinish, median of %d samples\n\n", s->repeat);
   fprintf(s->tables, "%-34s %-18s %10s %8s %7s %9s\n", "kernel", "shape", "us", "GB/s", "%copy", "GFLOP/s");
   if (!s->rows) return CF_OK;  /* the results fill s->rows as they come, so a failed run still reports the ones it has */
@@ -267,7 +271,7 @@ static cf_status print_header(bench *s, double ev_gbs) {
   return cf_json_set(s->report, "kernels",
                      json_pack("{s:{s:I, s:o, s:o, s:s}, s:s, s:O}", "copy", "bytes",
                                (json_int_t)BENCH_COPY_FLOATS * 2 * 4, "gbs", cf_json_num(s->copy_gbs, "%.3f"),
-                               "gbs_event", cf_json_num(ev_gbs, "%.3f"), "method",
+                               "gbs_event", ev_gbs < 0 ? json_null() : cf_json_num(ev_gbs, "%.3f"), "method",
                                "clEnqueueCopyBuffer, bytes read + written", "method", method, "results", s->rows));
 }
 

@@ -6,7 +6,9 @@
  * kernel recording an OpenCL profiling event (our launches, and the GEMM layer's CLBlast calls,
  * whose event covers the last kernel of the routine), summed per kernel name and divided by the
  * step count: the per-operation breakdown. Device time summed over the kernels is shown beside the
- * wall-clock step; the difference is host work and launch gaps.
+ * wall-clock step; the difference is host work and launch gaps. Events that measure nothing (every
+ * one 0 ms, as on Mesa's rusticl 22.3; runtime/profile.h) give no breakdown but the reason, in the
+ * text and as the JSON's breakdown.unavailable (device_ms and gemm_ms null, no ops).
  *
  * Throughput: tokens/s = B * T / median step time. GFLOP/s = counted FLOPs / median step time,
  * where the count covers the matrix products only (elementwise work, softmax, LayerNorm and the
@@ -35,6 +37,7 @@
 #include "clformer/ops.h"
 #include "clformer/gemm.h"
 #include "clformer/bench.h"
+#include "runtime/profile.h"
 #include "runtime/runtime.h"
 #include "bench/bench_internal.h"
 #include "bench/bench_torch.h"
@@ -94,6 +97,8 @@ typedef struct step_bench {
   cf_profile_entry *ops;               /* the breakdown: per kernel name, ms per step */
   int nops;
   double prof_wall, dev, gemm_ms;      /* a profiled step's seconds; device and GEMM ms per step */
+  const char *prof_bad;                /* why the events are not believed (prof_why), or NULL */
+  char prof_why[160];
 } step_bench;
 
 /* Buffers for the times, the breakdown and the tokens (random: speed does not depend on the text). */
@@ -196,6 +201,7 @@ static cf_status profile_steps(step_bench *b) {
     b->dev += b->ops[i].ms;
     if (is_gemm(b->ops[i].name)) b->gemm_ms += b->ops[i].ms;
   }
+  b->prof_bad = cf_profile_implausible(b->ops, b->nops, b->prof_wall * 1e3, b->prof_why, sizeof b->prof_why);
   return CF_OK;
 }
 
@@ -204,6 +210,11 @@ static void print_breakdown(const step_bench *b) {
   double dev = b->dev, gemm_ms = b->gemm_ms;
   if (b->nops == 0) {
     fprintf(out, "\nno per-operation breakdown: the context was created without profiling\n");
+    return;
+  }
+  if (b->prof_bad) {
+    fprintf(out, "\nno per-operation breakdown: %s; this device's profiling events do not measure (the step times "
+            "above are wall-clock)\n", b->prof_bad);
     return;
   }
   fprintf(out, "\nper operation (OpenCL profiling events, mean of %d steps; device time %.2f ms of a %.2f ms step):\n",
@@ -238,6 +249,9 @@ static void print_torch(const step_bench *b) {
 
 /* The report's "breakdown": per-step means of the profiled steps, one row per kernel name. */
 static json_t *breakdown_json(const step_bench *b) {
+  if (b->prof_bad)
+    return json_pack("{s:i, s:o, s:n, s:n, s:[], s:s}", "steps", b->psteps, "step_ms",
+                     cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", "gemm_ms", "ops", "unavailable", b->prof_bad);
   json_t *rows = json_array();
   for (int i = 0; rows && i < b->nops; i++)
     if (json_array_append_new(rows, json_pack("{s:s, s:o, s:o, s:o}", "name", b->ops[i].name, "calls",
@@ -248,8 +262,9 @@ static json_t *breakdown_json(const step_bench *b) {
       rows = NULL;
     }
   if (!rows) return NULL;
-  return json_pack("{s:i, s:o, s:o, s:o, s:o}", "steps", b->psteps, "step_ms", cf_json_num(b->prof_wall * 1e3, "%.4f"),
-                   "device_ms", cf_json_num(b->dev, "%.4f"), "gemm_ms", cf_json_num(b->gemm_ms, "%.4f"), "ops", rows);
+  return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n}", "steps", b->psteps, "step_ms",
+                   cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", cf_json_num(b->dev, "%.4f"), "gemm_ms",
+                   cf_json_num(b->gemm_ms, "%.4f"), "ops", rows, "unavailable");
 }
 
 static json_t *model_json(const step_bench *b) {
