@@ -7,12 +7,14 @@
 # minutes on a 2-core machine (PoCL's kernel compiles and the kernels themselves run instrumented
 # host code), against ~2.5 min for the normal run; CI's budget is ~15 min in all. So this runs the
 # tests that exercise the host-side parsing, bookkeeping and I/O (where a memory error would be
-# ours): the safetensors reader, the data loader, the ops' host code, the command line's input
-# checks, checkpoints and a short training run with its signals. Left out: the per-kernel tests
+# ours): the safetensors reader, the data loader, the ops' host code, the divergence watch, the
+# command line's input checks, checkpoints, short training runs with their signals, the run
+# directory's lock and leftovers, and the random-kill test (about a minute in all). Left out: the per-kernel tests
 # (test_activation ... test_residual, the gpu_shapes_* repeats), test_gemm / gemm_many_units, the
 # model and torch cross-checks, bench, experiments and gradnorm tests: their host code is the same
 # enqueue/readback paths that test_ops and cli_train cover, and their time is in PoCL's compiles
-# and kernel runs (device code ASan does not see). `install` builds against build/, not this tree.
+# and kernel runs (device code ASan does not see). `install` builds against build/, not this tree;
+# cli_device_fault LD_PRELOADs an uninstrumented library, which ASan refuses to run after.
 #
 # Leaks: LeakSanitizer stays on; tools/lsan.supp suppresses (by library, each line saying why) the
 # leaks that lie wholly inside PoCL/LLVM. UBSan reports are fatal (-fno-sanitize-recover).
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_only=0
 if [[ "${1:-}" == --build-only ]]; then build_only=1; shift; fi
-SAN_TESTS=${SAN_TESTS:-test_safetensors test_data test_ops cli_check cli_inputs cli_checkpoint cli_train}
+SAN_TESTS=${SAN_TESTS:-test_safetensors test_data test_ops test_watch cli_check cli_inputs cli_checkpoint cli_train cli_train_inputs cli_rundir cli_kill}
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -g -O1"
 if [[ ! -f build-san/CMakeCache.txt ]]; then
   cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DCLFORMER_FUZZ=OFF \
