@@ -24,6 +24,27 @@
 #define GEMM_MR 6
 #define GEMM_NR 64
 
+// Loop trips are kept few in the partial panels (nn < 64, or the last kn < 16 rows): Mesa's llvmpipe
+// (rusticl's CPU device) stops every loop of a work-item once its loops have run 65535 trips in all
+// (gallivm's loop limiter, LP_MAX_TGSI_LOOP_ITERATIONS), silently. A float at a time, one item's pack
+// of a 1031 x 1 panel took 66k trips and the product ran on a truncated panel (issue 17); the host
+// also splits work so that no item's loops pass the limit the device shows (src/gemm/gemm.c).
+#define GEMM_ZERO_ROW(d)                                                                           \
+  {                                                                                                \
+    vstore16((float16)0.0f, 0, d);                                                                 \
+    vstore16((float16)0.0f, 1, d);                                                                 \
+    vstore16((float16)0.0f, 2, d);                                                                 \
+    vstore16((float16)0.0f, 3, d);                                                                 \
+  }
+// x.s0 .. x.sf to d[0], d[64], .. d[15 * 64]: 16 k of one column of a panel
+#define GEMM_SCATTER16(d, x)                                                                       \
+  {                                                                                                \
+    (d)[0] = (x).s0; (d)[64] = (x).s1; (d)[128] = (x).s2; (d)[192] = (x).s3;                       \
+    (d)[256] = (x).s4; (d)[320] = (x).s5; (d)[384] = (x).s6; (d)[448] = (x).s7;                    \
+    (d)[512] = (x).s8; (d)[576] = (x).s9; (d)[640] = (x).sa; (d)[704] = (x).sb;                    \
+    (d)[768] = (x).sc; (d)[832] = (x).sd; (d)[896] = (x).se; (d)[960] = (x).sf;                    \
+  }
+
 // Rows k0..k0+15 (fewer at K's end) of op(B)'s zero-padded panel starting at column n0, from b
 // (one matrix of B: (K, N), or (N, K) when trans_b), into p (row k0 of the panel, rows 64 apart).
 void gemm_pack_block(__global float *p, __global const float *b, int trans_b, uint K, uint N, uint ldb, uint k0,
@@ -35,8 +56,11 @@ void gemm_pack_block(__global float *p, __global const float *b, int trans_b, ui
       __global float *dst = p + k * GEMM_NR;
       if (nn == GEMM_NR) {
         for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, row), v, dst);
-      } else {
-        for (uint j = 0; j < GEMM_NR; j++) dst[j] = j < nn ? row[j] : 0.0f;
+      } else {  // whole vectors, then at most 15 floats, then zeros (few loop trips: see GEMM_ZERO_ROW)
+        uint v16 = nn / 16;
+        GEMM_ZERO_ROW(dst)
+        for (uint v = 0; v < v16; v++) vstore16(vload16(v, row), v, dst);
+        for (uint j = 16 * v16; j < nn; j++) dst[j] = row[j];
       }
     }
   } else {  // B (N, K): column n of op(B) is row n of B
@@ -59,9 +83,17 @@ void gemm_pack_block(__global float *p, __global const float *b, int trans_b, ui
           vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);
         }
       }
-    } else {
-      for (uint k = 0; k < kn; k++)
-        for (uint j = 0; j < GEMM_NR; j++) p[k * GEMM_NR + j] = j < nn ? col[(size_t)j * ldb + k] : 0.0f;
+    } else {  // zero the rows, then per column of op(B) (a row of B) 16 k at once, or the last kn < 16
+      for (uint k = 0; k < kn; k++) GEMM_ZERO_ROW(p + k * GEMM_NR)
+      for (uint j = 0; j < nn; j++) {
+        __global const float *r = col + (size_t)j * ldb;
+        if (kn == 16) {
+          float16 x = vload16(0, r);
+          GEMM_SCATTER16(p + j, x)
+        } else {
+          for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = r[k];
+        }
+      }
     }
   }
 }
@@ -403,4 +435,14 @@ __kernel void gemm_fma_peak(__global float *out, uint out_off, uint iters, float
   float16 s = r0 + r1 + r2 + r3 + r4 + r5 + r6 + r7 + r8 + r9 + r10 + r11 + r12 + r13 + r14 + r15;
   out[out_off + get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 + s.sa +
                                     s.sb + s.sc + s.sd + s.se + s.sf;
+}
+
+// How many loop trips one work-item may run: out[0] = the trips a loop of n made, each reading
+// in[c & 1] (both 1), so no compiler can count the loop away. Where that is less than n the device
+// stops loops early (Mesa's llvmpipe: after 65535 trips of all of an item's loops together).
+// global: (1), local (1)
+__kernel void gemm_loop_probe(__global uint *out, uint out_off, __global const uint *in, uint in_off, uint n) {
+  uint c = 0;
+  for (uint i = 0; i < n; i++) c += in[in_off + (c & 1)];
+  out[out_off] = c;
 }

@@ -42,6 +42,7 @@
 #include "clformer/ops.h"
 #include "clformer/gemm.h"
 #include "clformer/bench.h"
+#include "gemm/loop_budget.h"
 #include "runtime/runtime.h"
 #include "bench/bench_internal.h"
 
@@ -239,10 +240,14 @@ static cf_status time_shape(cf_context *ctx, const gemm_shape *s, const blas *bl
 
 /* ---------- the device's FMA peak ---------- */
 
+/* Rounds of an item's loop, doubled until a run lasts ~50 ms, but never past half the device's loop
+ * budget (gemm/loop_budget.h): llvmpipe would stop the loop early and the peak would read high. */
 static cf_status fma_peak(cf_context *ctx, double *gflops) {
   const cf_device_info *d = cf_context_device(ctx);
-  size_t items = (size_t)(d->compute_units ? d->compute_units : 1) * 8, local = 1;
-  unsigned iters = 1u << 14;
+  size_t items = (size_t)(d->compute_units ? d->compute_units : 1) * 8, local = 1, budget = 0;
+  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+  unsigned iters = 1u << 14, most = budget ? (unsigned)(budget / 2) : 1u << 30;
+  if (iters > most) iters = most;
   cl_mem out;
   CF_TRY(cf_buffer_create(ctx, items * sizeof(float), &out));
   cf_status st = CF_OK;
@@ -260,7 +265,7 @@ static cf_status fma_peak(cf_context *ctx, double *gflops) {
     double t = cf_now() - t0;
     if (st != CF_OK) break;
     if (r < 2) {  /* warm-up, then size a run to ~50 ms */
-      while (t < 0.05 && iters < (1u << 30)) { iters *= 2; t *= 2; }
+      while (t < 0.05 && 2 * iters <= most) { iters *= 2; t *= 2; }
       continue;
     }
     double g = (double)items * iters * 16 * 16 * 2 / t * 1e-9;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <clblast_c.h>
 #include "clformer/gemm.h"
+#include "gemm/loop_budget.h"
 #include "gemm/tuning_file.h"
 #include "runtime/runtime.h"
 
@@ -345,6 +346,59 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
   return per_b <= UINT32_MAX && per_a <= UINT32_MAX && (per_a + per_b) * batch <= UINT32_MAX;
 }
 
+/* Loop trips of one work-item of our kernels, an upper bound counted from cl/gemm.cl's loops as
+ * written (the compiler may unroll some; none is assumed): a device that stops an item's loops
+ * after a budget of trips (loop_budget.h) gets work split so that no item passes it. llvmpipe runs
+ * 8 items (work-groups of one item too) as the lanes of one invocation that shares the budget: a
+ * loop runs as long as its longest lane, and where lanes take different branches both branches run,
+ * one after the other. So each bound counts every branch: a block of gemm_pack_block both as a
+ * whole panel (81 trips) and a partial one (305 trips; a last, partial block of B^T: 1040). */
+#define TRIPS_STORE (OWN_MR * OWN_NR)  /* a tile's stores into a partial column panel */
+#define TRIPS_PACK_BLOCK (1 + 81 + 305)
+#define TRIPS_PACK_LAST (1040 + 305 + 81)
+
+/* A strip item (gemm_an_strips, gemm_at_strips) of `tiles` row tiles, with its own pack of op(B). */
+static double trips_strip(size_t tiles, size_t K, size_t kc, int packed_b) {
+  double slices = K ? (double)((K + kc - 1) / kc) : 0, blocks = (double)((K + 15) / 16);
+  double pack = packed_b ? blocks * (1 + TRIPS_PACK_BLOCK) + TRIPS_PACK_LAST : 0;
+  return pack + slices + (double)tiles * ((double)K + slices * (1 + TRIPS_STORE));
+}
+
+/* A gemm_at_rows item: per row tiles packed, then `panels` column panels. */
+static double trips_rows(size_t per, size_t panels, size_t K, size_t kc) {
+  double slices = K ? (double)((K + kc - 1) / kc) : 0;
+  double pack = (double)per * (7.0 * (double)K + 2) + (double)K;  /* 8 tiles at once, or 1 (7 K if partial) */
+  return pack + (double)panels * (1 + slices * (1 + (double)per * (1 + TRIPS_STORE)) + (double)per * (double)K);
+}
+
+/* gemm_at's one tile, and the packing kernels' items before it. */
+static double trips_at(size_t K) { return (double)K + 1 + TRIPS_STORE + 4096; }
+
+/* The slice of K the strip kernels take where B is read in place (own_gemm). */
+static size_t own_kc(size_t K) {
+  size_t slices = K > OWN_SLICE_MIN_K ? (K + OWN_SLICE_K - 1) / OWN_SLICE_K : 1;
+  return (K + slices - 1) / slices;
+}
+
+/* Whether, split as finely as it can be (one row tile, one panel an item), the kernel own_gemm
+ * picks for this product keeps every item within `budget` trips (0: no limit). */
+static int own_loops_fit(size_t budget, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t lda) {
+  if (!budget || K == 0) return 1;
+  int packed_b = trans_b || N % OWN_NR;
+  size_t kc = own_kc(K);
+  if (!trans_a) return trips_strip(1, K, packed_b ? K : kc, packed_b) <= (double)budget;
+  if (!packed_b)
+    return (M >= OWN_MR && lda % 1024 != 0 ? trips_strip(1, K, kc, 0) : trips_rows(1, 1, K, kc)) <= (double)budget;
+  return trips_at(K) <= (double)budget;
+}
+
+/* The refusal of a product no split brings under the device's loop budget. */
+static cf_status over_budget(const cf_context *ctx, size_t budget, size_t M, size_t N, size_t K) {
+  return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu: an item of the own kernels would loop past the %zu "
+                 "trips %s lets a work-item run (Mesa llvmpipe's loop limiter); use CLBlast", M, N, K, budget,
+                 ctx->info.name);
+}
+
 /* Column strips (gemm_an_strips, gemm_at_strips): how many parts each of the `items` column panels
  * is split into. With B read in place, into parts of as many rows as one tile group for a slice of
  * kc (items side by side then share those rows of A in cache); with op(B) packed (each part packs
@@ -366,8 +420,10 @@ static size_t strip_parts(const cf_context *ctx, size_t items, size_t tiles, siz
 static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, size_t kc,
                                     float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                     size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
-                                    size_t panels, size_t tiles, int packed_b) {
+                                    size_t panels, size_t tiles, int packed_b, size_t budget) {
   size_t items = panels * batch, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
+  while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, packed_b) > (double)budget)
+    parts++;
   cl_mem buf = NULL;
   if (packed_b) CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
   cf_launch L;
@@ -393,11 +449,12 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
 static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M, size_t N, size_t K, size_t kc,
                                         float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                         size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
-                                        size_t batch, size_t panels, size_t tiles) {
+                                        size_t batch, size_t panels, size_t tiles, size_t budget) {
   cf_launch L;
   size_t global[2] = {0, batch}, local[2] = {1, 1};
   if (a_inplace) {
     size_t parts = strip_parts(ctx, panels * batch, tiles, K, kc, 0);
+    while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, 0) > (double)budget) parts++;
     cf_launch_begin(&L, ctx, "gemm", "gemm_at_strips");
     cf_arg_mem(&L, C);
     cf_arg_mem(&L, A);
@@ -407,6 +464,11 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   } else {
     size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8, groups = 1;
     while ((tiles + per - 1) / per * groups * batch < 2 * cus) {
+      if (groups < panels) groups++;
+      else if (per > 1) per--;
+      else break;
+    }
+    while (budget && trips_rows(per, (panels + groups - 1) / groups, K, kc) > (double)budget) {
       if (groups < panels) groups++;
       else if (per > 1) per--;
       else break;
@@ -434,17 +496,20 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
+  size_t budget = 0;
+  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+  if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda)) return over_budget(ctx, budget, M, N, K);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
   /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
    * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
    * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
    * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
    * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
-  size_t slices = K > OWN_SLICE_MIN_K ? (K + OWN_SLICE_K - 1) / OWN_SLICE_K : 1, kc = (K + slices - 1) / slices;
+  size_t kc = own_kc(K);
   int packed_b = trans_b || N % OWN_NR;
   if (!trans_a && K > 0)
     return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
-                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b);
+                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b, budget);
   /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
    * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
    * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
@@ -453,7 +518,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
   if (trans_a && K > 0 && !packed_b)
     return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                                  ldc, stride_c, batch, panels, tiles);
+                                  ldc, stride_c, batch, panels, tiles, budget);
   /* gemm_at: op(A) = A^T with op(B) packed by gemm_pack_b, or K = 0 (C = beta C, A and B unread) */
   int pack_b = packed_b && K > 0, pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
@@ -522,6 +587,11 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
       !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_CLBLAST;
+  if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && K > 0) {  /* too long for the device's loops: CLBlast */
+    size_t budget = 0;
+    CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+    if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda)) use = CF_GEMM_CLBLAST;
+  }
   if (K == 0 && own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_OWN;  /* C = beta C: CLBlast refuses K = 0 (CLBlastInvalidDimension) */
   if (use == CF_GEMM_OWN)

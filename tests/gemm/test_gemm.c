@@ -5,7 +5,10 @@
  * implementation by $CLFORMER_GEMM, run-to-run bit equality, and (our kernels, CPU devices) no
  * read or write past either end of tightly sized operands. Relative error in the Frobenius norm
  * below 1e-5. Also the tuning file: read and written back byte for byte, malformed lines reported
- * by file and line and skipped. */
+ * by file and line and skipped. And the loop budget: Mesa's llvmpipe (rusticl) silently stops a
+ * work-item's loops after 65535 trips in all, so our kernels, whose items loop over K and several
+ * tiles, split their work under the budget the device shows (checked here under a pretended one),
+ * and a product no split fits is refused by our kernels and run by CLBlast. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "base/base.h"  /* cf_read_file */
+#include "gemm/loop_budget.h"
 #include "gemm/tuning_file.h"
 #include "testutil.h"
 
@@ -178,6 +182,12 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
     for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, edge[k], 1, 1.0f, 0.0f);
   /* K past 1000: several groups of row tiles, the last one partial */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 97, 65, 1031, 1, 1.0f, t == 3 ? 1.0f : 0.0f);
+  /* partial column panels over a long K, packed by the items: a float at a time, the pack of one
+   * 1100 x 1 panel took 70k loop trips, past the 65535 after which llvmpipe (rusticl) stops an item's
+   * loops (NT 97 x 65 x 1031 gave 3185 NaNs there); now whole vectors, a few thousand trips */
+  run_case(ctx, impl, r, 0, 1, 6, 1, 1100, 1, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 0, 1, 6, 127, 1100, 1, 1.0f, 0.0f);
+  run_case(ctx, impl, r, 0, 0, 6, 127, 1100, 1, 1.0f, 0.0f);
   /* batched with odd sizes (run_case pads rows and matrices by odd amounts) */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 31, 3, 1.0f, t == 2 ? -1.0f : 0.0f);
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 64, 64, 64, 4, 0.125f, 0.0f);
@@ -482,6 +492,37 @@ static void check_guarded(cf_context *ctx, test_rng *r) {
                    cases[i].batch, cases[i].beta, at_end);
 }
 
+/* The device's loop budget (0 or at least what any GEMM needs), then our kernels planned under a
+ * pretended budget of 30000 trips an item: every split path (more parts for the strips, more column
+ * groups and fewer row tiles for gemm_at_rows) computes right, and a K no split brings under the
+ * budget is refused by our kernels (naming the limit) while auto runs it on CLBlast. */
+static void check_loop_budget(cf_context *ctx, test_rng *r) {
+  size_t probed = 1;
+  TEST_OK(cf_gemm_loop_budget(ctx, &probed));
+  TEST_ASSERT(probed == 0 || probed >= 30000, "loop budget %zu", probed);
+  if (probed)
+    printf("note: %s stops a work-item's loops after %zu trips (Mesa llvmpipe's loop limiter); our kernels split "
+           "their work under it\n", cf_context_device(ctx)->name, probed);
+  TEST_OK(cf_gemm_loop_budget_set(ctx, 30000));
+  run_case(ctx, CF_GEMM_OWN, r, 0, 1, 97, 65, 1031, 1, 1.0f, 0.0f);   /* strips, B^T packed by the items */
+  run_case(ctx, CF_GEMM_OWN, r, 0, 0, 400, 128, 1100, 2, 1.0f, 0.5f); /* strips, B in place, slices */
+  run_case(ctx, CF_GEMM_OWN, r, 1, 0, 400, 128, 1100, 1, 1.0f, 0.0f); /* gemm_at_strips */
+  lda_set = 1024;
+  run_case(ctx, CF_GEMM_OWN, r, 1, 0, 250, 640, 1100, 1, 1.0f, 0.5f); /* gemm_at_rows: 3 tiles, 1 panel an item */
+  lda_set = 0;
+  run_case(ctx, CF_GEMM_AUTO, r, 0, 1, 13, 70, 5000, 1, 1.0f, 0.0f);  /* too long for ours: CLBlast */
+  cl_mem d = test_buffer(ctx, NULL, 70 * 5000 + 13 * 5000 + 13 * 70);
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  cf_status st = cf_gemm_with(ctx, CF_GEMM_OWN, 0, 1, 13, 70, 5000, 1.0f, cf_at(d, 0), 5000, cf_at(d, 13 * 5000), 5000,
+                              0.0f, cf_at(d, 83 * 5000), 70);
+  cf_set_verbosity(v);
+  TEST_ASSERT(st == CF_ERR_INVALID_ARG, "own GEMM with K 5000 under a budget of 30000 trips gave %s", cf_status_str(st));
+  TEST_ASSERT(strstr(cf_last_error(), "loop") != NULL, "the refusal names the loop limit: %s", cf_last_error());
+  cf_buffer_free(d);
+  TEST_OK(cf_gemm_loop_budget_set(ctx, probed));
+}
+
 int main(void) {
   check_tuning_file();
   cf_context *ctx = test_context();
@@ -491,6 +532,7 @@ int main(void) {
   run_all(ctx, CF_GEMM_OWN, &r);
   check_deterministic(ctx, &r);
   check_guarded(ctx, &r);
+  check_loop_budget(ctx, &r);
   check_tuned(ctx, &r);
   printf("%d cases\n", ncases);
   cf_gemm_scratch_free(ctx);
