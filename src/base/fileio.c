@@ -31,7 +31,9 @@ cf_status cf_read_file(const char *path, char **text, size_t *len) {
   fclose(f);
   if (bad) { free(buf); return CF_FAIL(CF_ERR_IO, "error reading %s: %s", path, strerror(err)); }
   buf[n] = 0;
-  *text = buf;
+  /* exactly n + 1 bytes, so a parser reading past the end meets AddressSanitizer, not slack */
+  char *exact = realloc(buf, n + 1);
+  *text = exact ? exact : buf;
   if (len) *len = n;
   return CF_OK;
 }
@@ -102,7 +104,9 @@ cf_status cf_read_regular_file(const char *path, size_t max_bytes, const char *w
   else if (n > max_bytes) st = CF_FAIL(status, "%s: too large for a %s (more than %zu bytes)", path, what, max_bytes);
   if (st != CF_OK) { free(buf); return st; }
   buf[n] = 0;
-  *text = buf;
+  /* exactly n + 1 bytes, so a parser reading past the end meets AddressSanitizer, not slack */
+  char *exact = realloc(buf, n + 1);
+  *text = exact ? exact : buf;
   if (len) *len = n;
   return CF_OK;
 }
