@@ -7,8 +7,8 @@
  * whose event covers the last kernel of the routine), summed per kernel name and divided by the
  * step count: the per-operation breakdown. Device time summed over the kernels is shown beside the
  * wall-clock step; the difference is host work and launch gaps. Events that measure nothing (every
- * one 0 ms, as on Mesa's rusticl 22.3; runtime/profile.h) give no breakdown but the reason, in the
- * text and as the JSON's breakdown.unavailable (device_ms and gemm_ms null, no ops).
+ * one 0 ms or a few ns, as on Mesa's rusticl 22.3; runtime/profile.h) give no breakdown but the
+ * reason, in the text and as the JSON's breakdown.unavailable (device_ms and gemm_ms null, no ops).
  *
  * Throughput: tokens/s = B * T / median step time. GFLOP/s = counted FLOPs / median step time,
  * where the count covers the matrix products only (elementwise work, softmax, LayerNorm and the
@@ -196,12 +196,12 @@ static cf_status profile_steps(step_bench *b) {
   b->prof_wall = (cf_now() - tp0) / b->psteps;
   b->nops = cf_profile_collect(b->ctx, b->ops, MAX_OPS);
   if (st != CF_OK) return st;
+  b->prof_bad = cf_profile_implausible(b->ops, b->nops, b->prof_wall * b->psteps * 1e3, b->prof_why, sizeof b->prof_why);
   for (int i = 0; i < b->nops; i++) {
     b->ops[i].ms /= b->psteps;
     b->dev += b->ops[i].ms;
     if (is_gemm(b->ops[i].name)) b->gemm_ms += b->ops[i].ms;
   }
-  b->prof_bad = cf_profile_implausible(b->ops, b->nops, b->prof_wall * 1e3, b->prof_why, sizeof b->prof_why);
   return CF_OK;
 }
 
