@@ -13,7 +13,8 @@
  *                           all on a CPU device, when it could be measured; else null)}
  *   device                 {"name", "platform", "platform_version", "driver", "type" ("CPU", "GPU", ...),
  *                           "compute_units", "kernel_shapes" ("cpu" or "gpu": see CLFORMER_KERNEL_SHAPES)}
- *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event", "method"}, "method",
+ *   kernels                (kernels, all) {"copy": {"bytes", "gbs", "gbs_event" (null when the copy's
+ *                           profiling event read under 100 ns: no bandwidth), "method"}, "method",
  *                           "results": [{"kernel", "N", "C", "T", "NH", "bytes", "flops", "us", "gbs",
  *                           "pct_copy", "gflops"}]}
  *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
@@ -42,10 +43,13 @@
  *     startup              {"context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"}
  *                          seconds from the command's start (total_s: to the end of the first step);
  *                          cache_misses 0 means a warm kernel cache. null when the step was not run first.
- *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "ops": [{"name", "calls", "ms",
- *                           "share"}]}: OpenCL profiling events per kernel name, per step (calls and ms are
- *                           means over `steps` profiled steps; share = ms / device_ms), largest first;
- *                           GEMM kernels are those named gemm* (ours) or clblast* (CLBlast's last kernel)
+ *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "unavailable", "ops": [{"name",
+ *                           "calls", "ms", "share"}]}: OpenCL profiling events per kernel name, per step
+ *                           (calls and ms are means over `steps` profiled steps; share = ms / device_ms),
+ *                           largest first; GEMM kernels are those named gemm* (ours) or clblast* (CLBlast's
+ *                           last kernel). unavailable: null, or why the device's events measure nothing
+ *                           (rusticl's read about 1 ns each: cf_profile_implausible); then device_ms and
+ *                           gemm_ms are null and ops is empty
  *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
