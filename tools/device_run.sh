@@ -68,8 +68,13 @@ if [[ $quick == 1 ]]; then
 fi
 "$bin/clformer" bench "${bench_args[@]}" --json "$out/bench.json" > "$out/bench.txt" 2>&1 || status=1
 cat "$out/bench.txt"
-"$bin/clformer" compare "${compare_args[@]}" --out "$out/compare" > "$out/compare.txt" 2>&1 || status=1
+# the runs (checkpoints: megabytes each) stay here; their summary and curves go back in $OUT
+runs=$(mktemp -d)
+"$bin/clformer" compare "${compare_args[@]}" --out "$runs" > "$out/compare.txt" 2>&1 || status=1
 tail -3 "$out/compare.txt"
+mkdir -p "$out/compare"
+cp "$runs"/summary.* "$runs"/curves.svg "$out/compare/" 2>/dev/null
+rm -rf "$runs"
 
 if python3 "$root/tools/device_section.py" "$out" "$spec" "$status" > "$out/section.md"; then
   echo "device_run: $out/section.md"
