@@ -67,13 +67,14 @@ typedef struct cf_op_tensor {
 } cf_op_tensor;
 
 struct cf_op;
-/* One case of one op: its tensors on the device (each at its own offset of one buffer) and on the
- * host, and the reference's results. */
+/* One case of one op: its tensors on the device (each at an odd offset of its own buffer, which ends
+ * where the tensor ends, so that an access past a tensor's end is past a buffer's: Oclgrind reports
+ * it) and on the host, and the reference's results. */
 typedef struct cf_op_case {
   cf_context *ctx;
   const struct cf_op *op;
   cf_op_dims d;
-  cl_mem buf;
+  cl_mem bufs[CF_OP_MAX_TENSORS];
   cf_mem dev[CF_OP_MAX_TENSORS];
   float *host[CF_OP_MAX_TENSORS];   /* values before the run (integer tensors hold int bits) */
   double *ref[CF_OP_MAX_TENSORS];   /* for compared tensors: the reference's result */

@@ -1,5 +1,6 @@
 /* Cases of the op table's rows: tensors sized from the dimensions, filled from a seed, placed at odd
- * offsets of one device buffer, outputs poisoned; the run, the reference and the comparison. */
+ * offsets of their own device buffers (ending where they end), outputs poisoned; the run, the
+ * reference and the comparison. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,19 +69,17 @@ static cf_status upload(cf_op_case *c) {
   return CF_OK;
 }
 
-/* Host arrays and the one device buffer, tensors pad floats apart. */
+/* Host arrays and a device buffer per tensor: pad floats, then the tensor, and nothing after it. */
 static cf_status allocate(cf_op_case *c, size_t pad) {
-  size_t total = 0, offs[CF_OP_MAX_TENSORS];
   for (int i = 0; i < ntensors(c->op); i++) {
     c->size[i] = tensor_size(&c->op->t[i], &c->d);
-    offs[i] = total + pad;
-    total = offs[i] + c->size[i];
     c->host[i] = malloc((c->size[i] + 1) * sizeof(float));
     c->ref[i] = compared(c->op->t[i].role) ? malloc((c->size[i] + 1) * sizeof(double)) : NULL;
     if (!c->host[i] || (compared(c->op->t[i].role) && !c->ref[i])) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+    size_t floats = pad + c->size[i] ? pad + c->size[i] : 1;  /* an empty buffer is not allowed */
+    CF_TRY(cf_buffer_create(c->ctx, floats * sizeof(float), &c->bufs[i]));
+    c->dev[i] = cf_at(c->bufs[i], pad);
   }
-  CF_TRY(cf_buffer_create(c->ctx, (total + 1) * sizeof(float), &c->buf));
-  for (int i = 0; i < ntensors(c->op); i++) c->dev[i] = cf_at(c->buf, offs[i]);
   return CF_OK;
 }
 
@@ -158,8 +157,8 @@ void cf_op_case_free(cf_op_case *c) {
   for (int i = 0; i < CF_OP_MAX_TENSORS; i++) {
     free(c->host[i]);
     free(c->ref[i]);
+    cf_buffer_free(c->bufs[i]);
   }
-  cf_buffer_free(c->buf);
   free(c);
 }
 

@@ -1,8 +1,8 @@
 /* Every row of the op table (src/check/op_table.c) at its larger test case: sizes off every
- * work-group grid, tensors at odd offsets of one buffer, outputs poisoned with NaN first, against
- * the double reference under the row's tolerance; then run again from the same inputs, which must
- * give the same bits. And the table itself: unique names, every row with a run and a reference,
- * every compared tensor sized. The families' own tests add their special cases (finite
+ * work-group grid, tensors at odd offsets of their own buffers, outputs poisoned with NaN first,
+ * against the double reference under the row's tolerance; then run again from the same inputs,
+ * which must give the same bits. And the table itself: unique names, every row with a run and a
+ * reference, every compared tensor sized. The families' own tests add their special cases (finite
  * differences, masks, edge shapes). */
 #include <stdlib.h>
 #include <string.h>
