@@ -9,9 +9,10 @@
  * elements of the matrices as stored. beta == 0 never reads C (it may hold NaN).
  *
  * Two implementations: CLBlast, and our own kernels (cl/gemm.cl) written for CPU devices
- * (register tiles of float16 vectors, op(B) packed into 32-column panels). cf_gemm picks one
- * per $CLFORMER_GEMM = clblast | own | auto (default auto: our own on CPU devices, CLBlast on
- * GPUs and accelerators, whose tuning database is good). */
+ * (register tiles of float16 vectors, op(B) packed into 64-column panels). cf_gemm picks one
+ * per $CLFORMER_GEMM = clblast | own | auto (default auto: the tuning file's choice for the
+ * shape, else what was measured on this device for the product's class, see
+ * cf_gemm_calib_path). */
 cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                   float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb,
                   float beta, cf_mem C, size_t ldc);
@@ -23,12 +24,13 @@ cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, s
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
 
 typedef enum cf_gemm_impl {
-  CF_GEMM_AUTO = 0,   /* $CLFORMER_GEMM, else by device type */
+  CF_GEMM_AUTO = 0,   /* $CLFORMER_GEMM, else measured (tuning file, calibration) */
   CF_GEMM_CLBLAST,
   CF_GEMM_OWN,
 } cf_gemm_impl;
 
-/* What `impl` means on this context: AUTO resolved through $CLFORMER_GEMM and the device type.
+/* What `impl` means on this context: AUTO resolved through $CLFORMER_GEMM; AUTO when that does
+ * not name one (each product then takes what was measured for it: cf_gemm_calib_path).
  * CF_ERR_CONFIG when $CLFORMER_GEMM holds anything but clblast, own or auto. (AUTO may still
  * fall back to CLBlast for a product whose sizes exceed 32-bit indexing.) */
 cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl *out);
@@ -67,6 +69,26 @@ int cf_gemm_tune_hold(cf_context *ctx);
 /* Whether tuned CLBlast parameters are in force on this context (reading the file if not done
  * yet); buf gets what CLBlast accepted, e.g. "Xgemm, Padtranspose, XGEMM_MIN_INDIRECT_SIZE=1". */
 int cf_gemm_tune_summary(cf_context *ctx, char *buf, size_t n);
+
+/* The automatic choice (src/gemm/calibrate.c). Products fall in 18 classes: form NN, NT or TN (TT
+ * counted as TN), single or batched, small (M*N*K*batch < 2^18), medium (< 2^24) or large. The
+ * first automatic product of a class on a context with no verdict for it times our kernels and
+ * CLBlast on a fixed representative product of the class (a progress note says so, once) and takes
+ * ours unless it is over 10% slower. Verdicts are kept in the context and in a file per device,
+ * driver, kernel source and tuning file in the cache directory (this path; 0 when caching is off:
+ * every context then measures again); a file that does not parse is measured anew and replaced.
+ * $CLFORMER_GEMM=own|clblast, a forced implementation, or a tuning file's choice for the exact
+ * shape skip it. */
+int cf_gemm_calib_path(cf_context *ctx, char *buf, size_t n);
+typedef struct cf_gemm_calib_stats {
+  int measured;    /* classes this context measured */
+  int loaded;      /* classes it took from the verdict file */
+  int rebuilt;     /* of those measured, ones measured because the file did not parse */
+  double seconds;  /* spent measuring */
+} cf_gemm_calib_stats;
+cf_gemm_calib_stats cf_gemm_calib_stats_of(const cf_context *ctx);
+/* The verdicts this context knows, "NT single small own (0.01 vs 0.03 ms), ..." into buf; 0: none. */
+int cf_gemm_calib_summary(const cf_context *ctx, char *buf, size_t n);
 
 /* One GEMM shape: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times; per_step calls
  * of it in one training step. */

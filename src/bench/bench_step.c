@@ -148,8 +148,12 @@ static void print_setup(const step_bench *b) {
   FILE *out = b->out;
   char tuning[512];
   int tuned = cf_gemm_tune_summary(b->ctx, tuning, sizeof tuning);
+  char calib[1024];
+  int measured = b->gimpl == CF_GEMM_AUTO && cf_gemm_calib_summary(b->ctx, calib, sizeof calib);
   fprintf(out, "device: %s (%s, driver %s); GEMM: %s%s\n", d->name, d->platform_name, d->driver_version,
-          cf_gemm_impl_name(b->gimpl), tuned ? " by default, and per shape what `clformer tune` measured faster" : "");
+          measured ? "measured per product class" : cf_gemm_impl_name(b->gimpl),
+          tuned ? ", and per shape what `clformer tune` measured faster" : "");
+  if (measured) fprintf(out, "GEMM per class (ours vs CLBlast a call, on this device): %s\n", calib);
   fprintf(out, "model: %s-LN, %d layers, d_model %d, %d heads, d_ff %d, %s; %.2fM parameters; batch %d x %d = %d tokens\n",
           mc->norm == CF_NORM_PRE ? "Pre" : "Post", mc->layers, mc->d_model, mc->heads, mc->d_ff,
           mc->activation == 0 ? "relu" : mc->activation == 1 ? "gelu" : "gelu_erf", b->params / 1e6, b->B, b->T, b->N);

@@ -1,11 +1,13 @@
 /* Row-major SGEMM, plain and strided-batched, on the context's queue: through CLBlast, or through
- * our own CPU kernels (cl/gemm.cl), chosen per $CLFORMER_GEMM and the device type. */
+ * our own CPU kernels (cl/gemm.cl), chosen per $CLFORMER_GEMM, the tuning file, or else what was
+ * measured on the device for the product's class (calibrate.c). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <clblast_c.h>
 #include "clformer/gemm.h"
+#include "gemm/calibrate.h"
 #include "gemm/loop_budget.h"
 #include "gemm/tuning_file.h"
 #include "runtime/runtime.h"
@@ -31,8 +33,8 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
         return CF_FAIL(CF_ERR_CONFIG, "CLFORMER_GEMM=%s: expected clblast, own or auto", env);
     }
   }
-  if (impl == CF_GEMM_AUTO) impl = (ctx->info.type & CL_DEVICE_TYPE_CPU) ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
-  if (impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN)
+  (void)ctx;  /* AUTO left: measured per product class (cf_gemm_calib_choose), never the device type */
+  if (impl != CF_GEMM_AUTO && impl != CF_GEMM_CLBLAST && impl != CF_GEMM_OWN)
     return CF_FAIL(CF_ERR_INVALID_ARG, "unknown GEMM implementation %d", (int)impl);
   *out = impl;
   return CF_OK;
@@ -50,6 +52,7 @@ cf_status cf_gemm_resolve(const cf_context *ctx, cf_gemm_impl impl, cf_gemm_impl
 typedef struct tune_state {
   int loaded;            /* a tuning file was read (0 also while held back by cf_gemm_tune_hold) */
   char applied[512];     /* what CLBlast accepted, for cf_gemm_tune_summary */
+  unsigned long long fingerprint;  /* the file's bytes hashed (cf_gemm_tune_fingerprint) */
   cf_tuning_file file;   /* what was read: its choices are looked up per GEMM */
 } tune_state;
 static const char tune_key;  /* its address names the slot */
@@ -154,9 +157,18 @@ static void tune_read(cf_context *ctx, tune_state *s) {
   cf_tuning_file_free(&s->file);
   s->loaded = 0;
   s->applied[0] = 0;
+  s->fingerprint = 0;
   char path[4200];
   if (!tune_file(ctx, path, sizeof path) || !cf_tuning_file_read(path, &s->file, 1)) return;
   s->loaded = 1;
+  char *text = NULL;
+  size_t len = 0;
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  if (cf_read_file(path, &text, &len) == CF_OK) s->fingerprint = cf_hash64(CF_HASH_SEED, text, len);
+  cf_set_verbosity(v);
+  cf_clear_error();
+  free(text);
   for (int i = 0; i < s->file.nclblast; i++) apply_clblast(s, ctx->info.device, &s->file.clblast[i]);
   cf_log(2, "note: GEMM tuning from %s: %d shape choices", path, s->file.nchoices);
 }
@@ -221,6 +233,11 @@ static cf_gemm_impl tune_choose(cf_context *ctx, int ta, int tb, size_t M, size_
 }
 
 static void tune_ensure(cf_context *ctx) { tune_get(ctx, 0); }
+
+unsigned long long cf_gemm_tune_fingerprint(cf_context *ctx) {
+  tune_state *s = tune_get(ctx, 0);
+  return s && s->loaded ? s->fingerprint : 0;
+}
 
 /* ---------- CLBlast ---------- */
 
@@ -569,6 +586,17 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
 
 /* ---------- entry points ---------- */
 
+/* impl, else $CLFORMER_GEMM, else the tuning file's choice for this very shape, else what was
+ * measured for its class (a K = 0 product measures nothing: gemm_any runs it on ours). */
+static cf_status choose(cf_context *ctx, cf_gemm_impl impl, int ta, int tb, size_t M, size_t N, size_t K, size_t batch,
+                        cf_gemm_impl *use) {
+  CF_TRY(cf_gemm_resolve(ctx, impl, use));
+  if (*use == CF_GEMM_AUTO) *use = tune_choose(ctx, ta, tb, M, N, K, batch);
+  if (*use == CF_GEMM_AUTO && K == 0) *use = CF_GEMM_OWN;
+  if (*use == CF_GEMM_AUTO) CF_TRY(cf_gemm_calib_choose(ctx, ta, tb, M, N, K, batch, use));
+  return CF_OK;
+}
+
 static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                           float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
@@ -578,12 +606,8 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
     return CF_FAIL(CF_ERR_INVALID_ARG,
                    "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
                    trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
-  cf_gemm_impl use = CF_GEMM_AUTO;
-  if (impl == CF_GEMM_AUTO) {  /* $CLFORMER_GEMM first, then the measured choice, then the device's default */
-    const char *env = getenv("CLFORMER_GEMM");
-    if (!env || !*env || !strcmp(env, "auto")) use = tune_choose(ctx, trans_a, trans_b, M, N, K, batch);
-  }
-  if (use == CF_GEMM_AUTO) CF_TRY(cf_gemm_resolve(ctx, impl, &use));
+  cf_gemm_impl use;
+  CF_TRY(choose(ctx, impl, trans_a, trans_b, M, N, K, batch, &use));
   if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
       !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     use = CF_GEMM_CLBLAST;

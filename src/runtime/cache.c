@@ -5,7 +5,8 @@
  * case) entries unused for a while are removed, then the least recently used ones until the total
  * is under a size limit. "Used" is the file's mtime, refreshed on a hit when it is over a day old,
  * so a hit rarely costs a write and atime (often off) is not needed. Only names the cache itself
- * writes are touched: <program>-<32 hex>.bin, selftest-<16 hex>.txt, and their leftover
+ * writes are touched: <program>-<32 hex>.bin, selftest-<16 hex>.txt, gemm-calib-<16 hex>.txt (the
+ * GEMM layer's measured choice, keyed like the binaries), and their leftover
  * *.tmp.<pid> files from an interrupted write; anything else in the directory (the GEMM tuning
  * files, a user's own files) is left alone. */
 #include <dirent.h>
@@ -36,6 +37,7 @@ static int is_cache_entry(const char *name) {
   memcpy(base, name, n);
   base[n] = 0;
   if (n > 4 + 33 && !strcmp(base + n - 4, ".bin")) return base[n - 37] == '-' && hex_run(base + n - 36, 32);
+  if (n == 11 + 16 + 4 && !strncmp(base, "gemm-calib-", 11)) return hex_run(base + 11, 16) && !strcmp(base + 27, ".txt");
   return n == 9 + 16 + 4 && !strncmp(base, "selftest-", 9) && hex_run(base + 9, 16) && !strcmp(base + 25, ".txt");
 }
 
