@@ -241,6 +241,18 @@ static size_t pick_wg(size_t max_wg) {
   return wg;
 }
 
+/* The device's largest work-group extent in each of the first three dimensions (a device with
+ * fewer dimensions gets 1 in the others). */
+static cl_int item_sizes(const cf_device_info *d, size_t out[3]) {
+  cl_uint dims = 0;
+  size_t v[16] = {0};
+  cl_int err = clGetDeviceInfo(d->device, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, sizeof dims, &dims, NULL);
+  if (err == CL_SUCCESS && dims > 16) dims = 16;
+  if (err == CL_SUCCESS) err = clGetDeviceInfo(d->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, dims * sizeof *v, v, NULL);
+  for (int i = 0; i < 3; i++) out[i] = i < (int)dims ? v[i] : 1;
+  return err;
+}
+
 cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
   *out = NULL;
   cf_device_info *list;
@@ -261,6 +273,8 @@ cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
   /* clCreateCommandQueue is deprecated in 2.0 but is the 1.2 entry point every driver has. */
   ctx->queue = clCreateCommandQueue(ctx->cl, ctx->info.device, ctx->profiling ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
   CF_CHECK_GOTO(err, st, fail);
+  CF_CHECK_GOTO(item_sizes(&ctx->info, ctx->max_item), st, fail);
+  ctx->kernel_wg_floor = ctx->info.max_work_group;
   ctx->wg = pick_wg(ctx->info.max_work_group);
   ctx->cpu_shapes = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
   const char *shapes = getenv("CLFORMER_KERNEL_SHAPES");

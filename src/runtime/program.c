@@ -304,9 +304,14 @@ static cf_status load_program(cf_context *ctx, const char *name, cf_loaded_progr
   lp.kernel_names = calloc(lp.nkernels ? lp.nkernels : 1, sizeof *lp.kernel_names);
   if (!lp.kernels || !lp.kernel_names) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
   if (lp.nkernels) CF_CHECK_GOTO(clCreateKernelsInProgram(p, lp.nkernels, lp.kernels, NULL), st, fail);
-  for (cl_uint k = 0; k < lp.nkernels; k++)
+  for (cl_uint k = 0; k < lp.nkernels; k++) {
+    size_t kwg = 0;
     CF_CHECK_GOTO(clGetKernelInfo(lp.kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof lp.kernel_names[k],
                                   lp.kernel_names[k], NULL), st, fail);
+    CF_CHECK_GOTO(clGetKernelWorkGroupInfo(lp.kernels[k], ctx->info.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
+                                           NULL), st, fail);
+    if (kwg < ctx->kernel_wg_floor) ctx->kernel_wg_floor = kwg;
+  }
   ctx->programs[ctx->nprograms] = lp;
   *out = &ctx->programs[ctx->nprograms++];
   return CF_OK;
@@ -361,7 +366,13 @@ void cf_arg_buf(cf_launch *L, cl_mem buf) { set_arg(L, sizeof buf, &buf); }
 void cf_arg_int(cf_launch *L, int v) { cl_int x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_uint(cf_launch *L, unsigned v) { cl_uint x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_float(cf_launch *L, float v) { cl_float x = v; set_arg(L, sizeof x, &x); }
-void cf_arg_local(cf_launch *L, size_t bytes) { set_arg(L, bytes, NULL); }
+void cf_arg_local(cf_launch *L, size_t bytes) {
+  if (bytes > L->ctx->info.local_mem && L->status == CF_OK)  /* said plainly, not as the driver's code */
+    L->status = cf_report(CF_ERR_INVALID_ARG, NULL, L->file, L->line, "%s, argument %u: %zu bytes of local memory "
+                          "asked for; %s has %llu (CL_DEVICE_LOCAL_MEM_SIZE)", L->name, L->nargs, bytes,
+                          L->ctx->info.name, L->ctx->info.local_mem);
+  set_arg(L, bytes, NULL);
+}
 void cf_arg_mem_list(cf_launch *L, const cf_mem *m, size_t n) {
   for (size_t i = 0; i < n; i++) cf_arg_mem(L, m[i]);
 }
@@ -372,8 +383,40 @@ void cf_arg_uint_list(cf_launch *L, const unsigned *v, size_t n) {
   for (size_t i = 0; i < n; i++) cf_arg_uint(L, v[i]);
 }
 
+/* A work-group the device allows: each extent within CL_DEVICE_MAX_WORK_ITEM_SIZES, the items within
+ * CL_DEVICE_MAX_WORK_GROUP_SIZE; else an error naming the kernel, the size and the limit, before the
+ * driver's bare CL_INVALID_WORK_GROUP_SIZE. The kernel's own CL_KERNEL_WORK_GROUP_SIZE is asked only
+ * past the least of the loaded kernels' and, when exceeded, noted (once a context) and kept in *kwg for
+ * the enqueue's error: Mesa rusticl 22.3 says 32 for llvmpipe's kernels yet runs larger groups right,
+ * so it is not enforced here. */
+static cf_status check_local(cf_launch *L, cl_uint dims, const size_t *local, size_t *kwg) {
+  cf_context *ctx = L->ctx;
+  size_t items = 1;
+  for (cl_uint d = 0; d < dims; d++) {
+    if (d < 3 && local[d] > ctx->max_item[d])
+      return cf_report(CF_ERR_INVALID_ARG, NULL, L->file, L->line, "%s: a work-group %zu wide in dimension %u; %s "
+                       "allows %zu (CL_DEVICE_MAX_WORK_ITEM_SIZES)", L->name, local[d], d, ctx->info.name,
+                       ctx->max_item[d]);
+    items *= local[d];
+  }
+  if (items > ctx->info.max_work_group)
+    return cf_report(CF_ERR_INVALID_ARG, NULL, L->file, L->line, "%s: a work-group of %zu items; %s allows %zu "
+                     "(CL_DEVICE_MAX_WORK_GROUP_SIZE)", L->name, items, ctx->info.name, ctx->info.max_work_group);
+  if (items <= ctx->kernel_wg_floor) return CF_OK;
+  cl_int err = clGetKernelWorkGroupInfo(L->kernel, ctx->info.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *kwg, kwg, NULL);
+  if (err != CL_SUCCESS) return cf_report(err, "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)", L->file, L->line,
+                                          "%s", L->name);
+  if (items > *kwg && !ctx->wg_over_noted++)
+    cf_log(2, "note: %s: a work-group of %zu items, past the %zu of CL_KERNEL_WORK_GROUP_SIZE on %s (the driver is "
+           "left to refuse it)", L->name, items, *kwg, ctx->info.name);
+  if (items <= *kwg) *kwg = 0;
+  return CF_OK;
+}
+
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local) {
   if (L->status != CF_OK) return L->status;
+  size_t kwg = 0;  /* nonzero: the kernel's CL_KERNEL_WORK_GROUP_SIZE, which this launch exceeds */
+  if (local) CF_TRY(check_local(L, dims, local, &kwg));
   size_t g[3];
   for (cl_uint d = 0; d < dims; d++) {
     if (global[d] == 0) return CF_OK;  /* nothing to do */
@@ -384,6 +427,8 @@ cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const 
   if (err != CL_SUCCESS) {
     char call[160];
     snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", L->name);
+    if (kwg) return cf_report(err, call, L->file, L->line, "the work-group is larger than this kernel's "
+                              "CL_KERNEL_WORK_GROUP_SIZE on %s, %zu", L->ctx->info.name, kwg);
     return cf_report(err, call, L->file, L->line, NULL);
   }
   return CF_OK;

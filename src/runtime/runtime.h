@@ -24,6 +24,10 @@ struct cf_context {
   cl_command_queue queue;
   int profiling;
   size_t wg;                     /* CF_WG: work-group size for reductions */
+  size_t max_item[3];            /* CL_DEVICE_MAX_WORK_ITEM_SIZES, the first three dimensions */
+  size_t kernel_wg_floor;        /* the least CL_KERNEL_WORK_GROUP_SIZE of the kernels loaded so far:
+                                    a launch's work-group within it needs no query */
+  int wg_over_noted;             /* a launch past its kernel's CL_KERNEL_WORK_GROUP_SIZE was noted */
   int cpu_shapes;                /* CF_DEVICE_IS_CPU: kernels take their CPU shapes (cf_context_cpu_shapes) */
   char defines[512];             /* prepended to every program */
   char build_options[128];

@@ -150,6 +150,57 @@ static void check_axpb(cf_context *ctx, cl_program p) {
   clReleaseKernel(k);
 }
 
+/* Work-group sizes and local memory past what the device allows are refused before the driver sees
+ * them, naming the kernel, the size and the limit queried (CL_DEVICE_MAX_WORK_ITEM_SIZES,
+ * CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_LOCAL_MEM_SIZE); a group of the kernel's own
+ * CL_KERNEL_WORK_GROUP_SIZE runs. */
+static void check_limits(cf_context *ctx) {
+  const cf_device_info *d = cf_context_device(ctx);
+  size_t items[3] = {0}, kwg = 0;
+  TEST_OK(clGetDeviceInfo(d->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL));
+  cl_kernel k;
+  TEST_OK(cf_kernel_get(ctx, "elementwise", "fill", &k));
+  TEST_OK(clGetKernelWorkGroupInfo(k, d->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL));
+  cl_mem b = test_buffer(ctx, NULL, 2 * kwg);
+  TEST_ASSERT(items[0] >= d->max_work_group && items[1] >= 2, "device work-item sizes %zu x %zu", items[0], items[1]);
+  struct { size_t local[2]; cl_uint dims; const char *limit; } cases[] = {
+      {{items[0] + 1, 1}, 1, "CL_DEVICE_MAX_WORK_ITEM_SIZES"},
+      {{d->max_work_group, 2}, 2, "CL_DEVICE_MAX_WORK_GROUP_SIZE"}};
+  for (int i = 0; i < 2; i++) {
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "elementwise", "fill");
+    cf_arg_mem(&L, cf_at(b, 0));
+    cf_arg_float(&L, 1.0f);
+    cf_arg_int(&L, 1);
+    size_t global[2] = {cases[i].local[0], cases[i].local[1]};
+    cf_set_verbosity(-1);
+    cf_status st = cf_launch_run(&L, cases[i].dims, global, cases[i].local);
+    cf_set_verbosity(1);
+    const char *msg = cf_last_error();
+    TEST_ASSERT(st == CF_ERR_INVALID_ARG && strstr(msg, "fill") && strstr(msg, cases[i].limit),
+                "work-group %zu x %zu gave %s: %s", cases[i].local[0], cases[i].local[1], cf_status_str(st), msg);
+  }
+  TEST_OK(cf_fill(ctx, cf_at(b, 0), 2.0f, 2 * kwg));
+  cf_launch L;
+  cf_launch_begin(&L, ctx, "elementwise", "fill");
+  cf_arg_mem(&L, cf_at(b, 0));
+  cf_arg_float(&L, 3.0f);
+  cf_arg_int(&L, (int)kwg);
+  size_t global = kwg, local = kwg;  /* the kernel's own limit: allowed, and it runs */
+  TEST_OK(cf_launch_run(&L, 1, &global, &local));
+  float *x = test_read(ctx, cf_at(b, 0), 2 * kwg);
+  TEST_ASSERT(x[0] == 3.0f && x[kwg - 1] == 3.0f && x[kwg] == 2.0f, "a group of %zu: %g %g %g", kwg, x[0], x[kwg - 1],
+              x[kwg]);
+  free(x);
+  cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wte_cpu");
+  cf_set_verbosity(-1);
+  cf_arg_local(&L, (size_t)d->local_mem + 4);
+  cf_set_verbosity(1);
+  TEST_ASSERT(L.status == CF_ERR_INVALID_ARG && strstr(cf_last_error(), "CL_DEVICE_LOCAL_MEM_SIZE"),
+              "local memory past the device's: %s", cf_last_error());
+  cf_buffer_free(b);
+}
+
 int main(void) {
   char dir[] = "/tmp/clformer-test-cache-XXXXXX";
   TEST_ASSERT(mkdtemp(dir) != NULL, "mkdtemp");
@@ -266,6 +317,7 @@ int main(void) {
   TEST_ASSERT(st != CF_OK && strstr(msg, "clSetKernelArg(fill, argument 0)") && strstr(msg, "test_program.c:") &&
                   strstr(msg, "CL_INVALID"), "launch error text: %s", msg);
   TEST_OK(cf_kernel_get(ctx, "elementwise", "fill", &k));
+  check_limits(ctx);
 
   /* CLFORMER_KERNEL_DIR: sources come from there, headers are inlined */
   {
