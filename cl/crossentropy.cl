@@ -94,6 +94,13 @@ __kernel void crossentropy_forward(__global float *losses, uint losses_off,
   losses[losses_off + row] = l;
 }
 
+inline void ce_count(float *s, int *cnt, __global const float *losses, int t, int n, int V, int ignore_index) {
+  if (t != ignore_index && t >= 0 && t < V) {
+    *s += losses[n];
+    (*cnt)++;
+  }
+}
+
 // loss[0] = sum(losses) / count of counted rows (0 when none). One work-item, rows in order.
 __kernel void crossentropy_mean(__global float *loss, uint loss_off,
                                 __global const float *losses, uint losses_off,
@@ -101,14 +108,13 @@ __kernel void crossentropy_mean(__global float *loss, uint loss_off,
                                 int N, int V, int ignore_index) {
   if (get_global_id(0) != 0) return;
   float s = 0.0f;
-  int cnt = 0;
-  for (int n = 0; n < N; n++) {
-    int t = targets[targets_off + n];
-    if (t != ignore_index && t >= 0 && t < V) {
-      s += losses[losses_off + n];
-      cnt++;
-    }
-  }
+  int cnt = 0, n = 0;
+  // 8 rows a trip, in order: Mesa's llvmpipe ends an item's loops after 65535 trips
+  for (; n + 8 <= N; n += 8)
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      ce_count(&s, &cnt, losses + losses_off, targets[targets_off + n + k], n + k, V, ignore_index);
+  for (; n < N; n++) ce_count(&s, &cnt, losses + losses_off, targets[targets_off + n], n, V, ignore_index);
   loss[loss_off] = cnt > 0 ? s / (float)cnt : 0.0f;
 }
 

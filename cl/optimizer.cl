@@ -224,7 +224,14 @@ __kernel void nonfinite_segments(__global float *flags, uint flags_off, __global
   if (s >= nseg || state[state_off] != 1.0f) return;
   uint off = table[table_off + 2 * s], count = table[table_off + 2 * s + 1];
   __global const float *p = x + x_off + off;
+  // 64 floats a trip: Mesa's llvmpipe ends an item's loops after 65535 trips (a 1024 x 256 matrix
+  // read a float a trip was never read past its first 65535)
   int bad = 0;
-  for (uint i = 0; i < count && !bad; i++) bad = !isfinite(p[i]);
+  uint i = 0;
+  for (; i + 64 <= count && !bad; i += 64) {
+    float16 a = vload16(0, p + i), b = vload16(1, p + i), c = vload16(2, p + i), d = vload16(3, p + i);
+    bad = any(isnan(a) | isinf(a) | isnan(b) | isinf(b) | isnan(c) | isinf(c) | isnan(d) | isinf(d));
+  }
+  for (; i < count && !bad; i++) bad = !isfinite(p[i]);
   flags[flags_off + s] = bad ? 1.0f : 0.0f;
 }

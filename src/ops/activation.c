@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include "clformer/ops.h"
+#include "ops/ops_internal.h"
 #include "runtime/runtime.h"
 
 const char *cf_activation_name(cf_activation act) {
@@ -119,13 +120,16 @@ cf_status cf_bias_backward(cf_context *ctx, cf_mem dbias, cf_mem dout, int N, in
   if (N == 0) return CF_OK;
   size_t global, local;
   column_grid(ctx, C, &global, &local);
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "activation", "bias_backward");
-  cf_arg_mem(&L, dbias);
-  cf_arg_mem(&L, dout);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, C);
-  return cf_launch_run(&L, 1, &global, &local);
+  for (int n0 = 0; n0 < N; n0 += CF_REDUCE_ROWS) {  /* bounded rows per launch (ops_internal.h) */
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "activation", "bias_backward");
+    cf_arg_mem(&L, dbias);
+    cf_arg_mem(&L, cf_shift(dout, (size_t)n0 * C));
+    cf_arg_int(&L, cf_reduce_rows(N, n0));
+    cf_arg_int(&L, C);
+    CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  }
+  return CF_OK;
 }
 
 cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out, cf_mem pre, cf_mem bias, int N, int C, cf_activation act) {
@@ -149,11 +153,16 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_me
   if (N == 0) return CF_OK;
   size_t global, local;
   column_grid(ctx, C, &global, &local);
-  cf_launch L;
   char name[48];
-  cf_launch_begin(&L, ctx, "activation", act_kernel(name, sizeof name, "bias_act_backward", act));
-  CF_ARG_MEMS(&L, dpre, dbias, dout, pre);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, C);
-  return cf_launch_run(&L, 1, &global, &local);
+  act_kernel(name, sizeof name, "bias_act_backward", act);
+  for (int n0 = 0; n0 < N; n0 += CF_REDUCE_ROWS) {  /* bounded rows per launch (ops_internal.h) */
+    size_t at = (size_t)n0 * C;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "activation", name);
+    CF_ARG_MEMS(&L, cf_shift(dpre, at), dbias, cf_shift(dout, at), cf_shift(pre, at));
+    cf_arg_int(&L, cf_reduce_rows(N, n0));
+    cf_arg_int(&L, C);
+    CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  }
+  return CF_OK;
 }

@@ -49,12 +49,16 @@ static cf_status backward_params(cf_context *ctx, cf_mem dweight, cf_mem dbias, 
   size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
   size_t global = ((size_t)C + tx - 1) / tx * wg, local = wg;
   if (is_cpu(ctx)) global = ((size_t)C + 63) / 64, local = 1;  /* 64 columns per item */
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
-  CF_ARG_MEMS(&L, dweight, dbias, dout, inp, mean, rstd);
-  cf_arg_int(&L, N);
-  cf_arg_int(&L, C);
-  return cf_launch_run(&L, 1, &global, &local);
+  for (int n0 = 0; n0 < N; n0 += CF_REDUCE_ROWS) {  /* bounded rows per launch (ops_internal.h) */
+    size_t at = (size_t)n0 * C;
+    cf_launch L;
+    cf_launch_begin(&L, ctx, "layernorm", "layernorm_backward_params");
+    CF_ARG_MEMS(&L, dweight, dbias, cf_shift(dout, at), cf_shift(inp, at), cf_shift(mean, n0), cf_shift(rstd, n0));
+    cf_arg_int(&L, cf_reduce_rows(N, n0));
+    cf_arg_int(&L, C);
+    CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  }
+  return CF_OK;
 }
 
 static cf_status check_accumulate(const char *op, int accumulate) {

@@ -21,4 +21,12 @@ cf_status cf_attention_softmax_forward_launch(cf_context *ctx, cf_mem att, cf_me
 cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_mem att, int B, int NH, int T,
                                                float scale, cf_dropout drop);
 
+/* Rows one launch of a column reduction (bias and LayerNorm parameter gradients) walks: Mesa's
+ * llvmpipe ends a work-item's loops after 65535 trips in all (src/gemm/loop_budget.h), and on CPUs
+ * the last item of a C that is no multiple of 64 walks the rows up to 18 times (its columns 16 or 1
+ * at a time) plus its SIMD neighbour's walk. Larger N runs in launches of this many rows, each
+ * adding into the gradient (tests/ops/test_loop_limits.c). */
+#define CF_REDUCE_ROWS 2048
+static inline int cf_reduce_rows(int N, int n0) { return N - n0 < CF_REDUCE_ROWS ? N - n0 : CF_REDUCE_ROWS; }
+
 #endif
