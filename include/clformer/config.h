@@ -58,6 +58,7 @@ typedef struct cf_config {
   } schedule;
   struct {
     int steps, eval_every, eval_batches, log_every, checkpoint_every;
+    int accumulate;  /* micro-batches of data.batch_size per optimizer step */
     char out[1024];
   } train;
   /* where each key was last set, for messages: line 0 = default, -1 = --set */

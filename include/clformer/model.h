@@ -21,9 +21,48 @@ enum { CF_INIT_XAVIER, CF_INIT_ZERO, CF_INIT_ONE };
 
 typedef struct cf_model cf_model;
 
+/* The device memory a model needs for batches of B sequences of T tokens (one micro-batch when
+ * gradients are accumulated), in bytes, computed without allocating: cf_model_create lays the model
+ * out the same way and allocates exactly these buffers (the GEMM layer's scratch aside, which is
+ * estimated: the largest operand our kernels pack, rounded up to the MiB it grows by). */
+typedef struct cf_memory_plan {
+  int batch, seq_len;
+  size_t params;                       /* trainable numbers */
+  size_t parameters, gradients;        /* one flat buffer each */
+  size_t optimizer;                    /* Adam's m and v, or SGD's momentum */
+  size_t activations;                  /* saved for backward (embedding, every layer, logits and their gradient) */
+  size_t attention_probs;              /*   of which the attention probabilities, B x heads x T x T a layer */
+  size_t workspace;                    /* attention's and backward's scratch, the GEMM scratch */
+  size_t attention_workspace;          /*   of which attention's */
+  size_t gemm_scratch;                 /*   of which the GEMM layer's (estimated) */
+  size_t inputs;                       /* token ids and targets */
+  size_t total;
+  int buffers;                         /* device buffers, the GEMM scratch included */
+  size_t largest;                      /* the largest one, and its name */
+  char largest_name[48];
+  int has_device;                      /* the fields below were compared against a device */
+  char device[256];
+  unsigned long long global_mem, max_alloc;
+  int fits;                            /* total <= global_mem and largest <= max_alloc (1 without a device) */
+  int max_batch;                       /* the largest B that fits this device, up to 65536; 0: none does */
+} cf_memory_plan;
+
+/* The plan of the model mc and oc describe (validated: final_norm resolved) at batch B x T, compared
+ * with dev when it is not NULL (then max_batch is searched too). */
+cf_status cf_model_plan(const cf_model_config *mc, const cf_optim_config *oc, int B, int T, const cf_device_info *dev,
+                        cf_memory_plan *plan);
+/* The plan as a few lines of text, each starting with prefix, in MiB: each part, the total, and
+ * against the device, whether it fits and the largest batch that does. */
+void cf_model_plan_write(const cf_memory_plan *plan, const char *prefix, FILE *f);
+/* CF_OK when the plan fits its device; else CF_ERR_CONFIG (reported) with the plan, the largest
+ * batch that fits and what to change: the refusal cf_model_create, train and check give. */
+cf_status cf_model_fits(const cf_memory_plan *plan);
+
 /* Lay out and allocate everything for batches of B sequences of T tokens: the model mc describes
  * (validated: final_norm resolved) with the state optimizer oc needs; seed keys the dropout masks.
- * The weights are uninitialised until cf_model_init or cf_model_set_params. */
+ * The weights are uninitialised until cf_model_init or cf_model_set_params. A model whose plan
+ * (cf_model_plan) does not fit the device, in all or in one buffer, is refused before any
+ * allocation (CF_ERR_CONFIG), the plan and the largest batch that fits in the message. */
 cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_optim_config *oc,
                           unsigned long long seed, int B, int T, cf_model **out);
 void cf_model_free(cf_model *m);  /* NULL is a no-op */
@@ -39,6 +78,7 @@ const cf_tensor_view *cf_model_find_view(const cf_model *m, const char *name);
 size_t cf_model_num_params(const cf_model *m);   /* trainable numbers */
 size_t cf_model_flat_floats(const cf_model *m);  /* length of each flat buffer (views padded to 16 floats) */
 size_t cf_model_device_bytes(const cf_model *m);  /* all buffers the model allocated */
+const cf_memory_plan *cf_model_memory_plan(const cf_model *m);  /* its plan, against its device */
 int cf_model_batch(const cf_model *m);
 int cf_model_seq_len(const cf_model *m);
 int cf_model_vocab(const cf_model *m);  /* V: logits per position */
@@ -48,13 +88,25 @@ int cf_model_vocab(const cf_model *m);  /* V: logits per position */
 cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train);
 /* Zero the gradients and back-propagate the last forward's loss (which must have had targets). */
 cf_status cf_model_backward(cf_model *m);
+
+/* Gradient accumulation: one optimizer step over `parts` micro-batches of B sequences, the same
+ * update as one batch of parts x B (to float rounding). cf_model_forward_part is cf_model_forward
+ * for micro-batch `part` (0 .. parts-1; part 0 of 1 is cf_model_forward): its dropout masks are its
+ * own (part 0 draws cf_model_forward's), its loss gradient is scaled by 1/parts, and after the last
+ * part the step's loss (the parts' mean: every part counts B x T targets) is what cf_model_watch
+ * checks and cf_model_add_loss adds. Each part's backward is cf_model_backward_add, which adds into
+ * the gradients that cf_model_zero_grads zeroed before the first. */
+cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targets, uint32_t step, int part, int parts,
+                                int train);
+cf_status cf_model_zero_grads(cf_model *m);
+cf_status cf_model_backward_add(cf_model *m);
 /* Global L2 norm of the gradient, computed on the device (kept for the clipping in cf_model_update). */
 cf_status cf_model_global_grad_norm(cf_model *m);
 /* One optimizer step at learning rate lr (step is 1-based, for Adam's bias correction); clips by
  * the norm cf_model_global_grad_norm computed when optim.clip_norm > 0. */
 cf_status cf_model_update(cf_model *m, float lr, int step);
 
-/* acc[0] += the last forward's mean loss, on the device (no host round trip). */
+/* acc[0] += the last step's mean loss (the last forward's, or its parts'), on the device (no host round trip). */
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc);
 /* Blocking reads of the last loss and gradient norm. */
 cf_status cf_model_loss(cf_model *m, float *loss);

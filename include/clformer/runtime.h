@@ -178,6 +178,9 @@ static inline size_t cf_round_up(size_t n, size_t m) { return (n + m - 1) / m * 
 /* Device buffers: create, copy to and from the host, fill. Thin checked wrappers. */
 cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out);
 void cf_buffer_free(cl_mem buf); /* NULL is a no-op */
+/* Bytes of the buffers cf_buffer_create made that the driver has not destroyed yet, all contexts
+ * together (a buffer counts until its last reference goes, queued kernels' included). */
+unsigned long long cf_buffer_live_bytes(void);
 /* Blocking copies of n floats (or 4-byte ints) at m. */
 cf_status cf_write(cf_context *ctx, cf_mem m, const void *src, size_t n);
 cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n);

@@ -109,6 +109,7 @@ typedef struct cf_train_event {
   /* (start) */
   int resumed;                                   /* continuing after `step` */
   double params, device_bytes;
+  const cf_memory_plan *plan;                    /* the model's, against the device */
   size_t train_bytes, valid_bytes;
   double unigram_entropy;
   const cf_config *cfg;
@@ -151,6 +152,12 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
  * learning rate lr, and the batch's loss added into loss_acc (one device float). The same step for
  * `train` and `bench step`. */
 cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc);
+/* The same step over `parts` micro-batches (train.accumulate): inputs and targets hold parts x B x T
+ * ints, micro-batch k being rows k*B .. k*B+B-1; their gradients are summed (each loss scaled by
+ * 1/parts) before the norm, the watch (on the parts' mean loss) and the update, and that mean loss
+ * is added into loss_acc. */
+cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
+                                   cf_mem loss_acc);
 /* A step's loss above this, three times that of guessing uniformly among vocab (16.6 nats for
  * bytes), counts as divergence: no learning run comes back from it in practice. */
 double cf_train_loss_limit(int vocab);

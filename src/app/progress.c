@@ -42,11 +42,22 @@ static void format_duration(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
+
 static void print_started(const cf_train_event *e, const char *label, const char *sep) {
   const cf_config *cfg = e->cfg;
   printf("%s%s%s-LN, %d layers, d_model %d, %d heads, d_ff %d: %.2fM parameters, %.1f MiB of device memory on %s\n",
          label, sep, cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers, cfg->model.d_model,
          cfg->model.heads, cfg->model.d_ff, e->params / 1e6, e->device_bytes / 1048576.0, e->device_name);
+  const cf_memory_plan *p = e->plan;
+  char acc[96] = "";
+  if (cfg->train.accumulate > 1)
+    snprintf(acc, sizeof acc, "; %d micro-batches accumulated a step (%d sequences)", cfg->train.accumulate,
+             cfg->train.accumulate * p->batch);
+  printf("%s%smemory: %.1f of %.1f MiB (parameters %.1f, gradients %.1f, optimizer state %.1f, activations %.1f for "
+         "a micro-batch of %d x %d, workspaces %.1f)%s\n", label, sep, mib(p->total), mib(p->global_mem),
+         mib(p->parameters), mib(p->gradients), mib(p->optimizer), mib(p->activations), p->batch, p->seq_len,
+         mib(p->workspace), acc);
   printf("%s%sdata: %zu training and %zu validation bytes, unigram entropy %.3f nats/byte; %s step %d of %d\n", label,
          sep, e->train_bytes, e->valid_bytes, e->unigram_entropy, e->resumed ? "resuming after" : "starting at", e->step,
          e->steps);

@@ -39,7 +39,7 @@ static const key_spec keys[] = {
   {"data.valid_fraction", K_DOUBLE, OFF(data.valid_fraction), 0, 0, 0.5, MIN_EXCL, NULL, "0.05", "share of data.train held out for validation when data.valid is empty"},
   {"data.tokenizer", K_ENUM, ENUM_OFF(data.tokenizer), 0, 0, 0, 0, "byte", "byte", "tokenizer: byte (V = 256)"},
   {"data.seq_len", K_INT, OFF(data.seq_len), 0, 1, 65536, 0, NULL, "64", "tokens per sequence (T)"},
-  {"data.batch_size", K_INT, OFF(data.batch_size), 0, 1, 65536, 0, NULL, "16", "sequences per batch (B)"},
+  {"data.batch_size", K_INT, OFF(data.batch_size), 0, 1, 65536, 0, NULL, "16", "sequences per batch (B); with train.accumulate, per micro-batch"},
   {"model.norm", K_ENUM, ENUM_OFF(model.norm), 0, 0, 0, 0, "post|pre", "pre", "layer-norm placement: post (x = LN(x + F(x))) or pre (x = x + F(LN(x)))"},
   {"model.layers", K_INT, OFF(model.layers), 0, 1, 1000, 0, NULL, "6", "number of Transformer blocks (L)"},
   {"model.d_model", K_INT, OFF(model.d_model), 0, 1, 65536, 0, NULL, "256", "model width (C)"},
@@ -66,6 +66,7 @@ static const key_spec keys[] = {
   {"schedule.min_lr", K_DOUBLE, OFF(schedule.min_lr), 0, 0, 10, 0, NULL, "0", "floor of the linear and cosine decays"},
   {"schedule.total_steps", K_INT, OFF(schedule.total_steps), 0, 0, 100000000, 0, NULL, "0", "end of the linear/cosine decay; 0 = train.steps"},
   {"train.steps", K_INT, OFF(train.steps), 0, 1, CF_CONFIG_MAX_STEPS, 0, NULL, "1000", "optimizer steps"},
+  {"train.accumulate", K_INT, OFF(train.accumulate), 0, 1, 65535, 0, NULL, "1", "micro-batches of data.batch_size sequences per optimizer step (gradient accumulation): the update of one batch N times larger, in the memory of one micro-batch"},
   {"train.eval_every", K_INT, OFF(train.eval_every), 0, 0, 100000000, 0, NULL, "100", "validate every N steps (0 = only at the end)"},
   {"train.eval_batches", K_INT, OFF(train.eval_batches), 0, 1, 100000, 0, NULL, "8", "fixed validation batches per evaluation"},
   {"train.log_every", K_INT, OFF(train.log_every), 0, 1, 100000000, 0, NULL, "10", "print a progress line every N steps"},
@@ -486,6 +487,10 @@ cf_status cf_config_validate(cf_config *c) {
     return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
                    "tensor would exceed 2^31 elements", key_where(c, "data.batch_size", w, sizeof w), c->data.batch_size,
                    c->data.seq_len, c->model.d_model, c->model.d_ff, c->model.layers);
+  if ((double)c->train.accumulate * c->data.batch_size * c->data.seq_len >= 2147483648.0)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: %d micro-batches of %d x %d tokens are too many for one step (2^31 tokens)",
+                   key_where(c, "train.accumulate", w, sizeof w), c->train.accumulate, c->data.batch_size,
+                   c->data.seq_len);
   if (c->model.d_model % c->model.heads)
     return CF_FAIL(CF_ERR_CONFIG, "%s: %d heads do not divide model.d_model = %d", key_where(c, "model.heads", w, sizeof w),
                    c->model.heads, c->model.d_model);

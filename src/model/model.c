@@ -11,180 +11,82 @@
 #include "clformer/gemm.h"
 #include "clformer/model.h"
 #include "clformer/base.h"
-#include "model/memory.h"
 #include "model/model_internal.h"
 #include "runtime/runtime.h"
 
 enum { DROP_EMB = 0, DROP_ATT_PROBS, DROP_ATT_OUT, DROP_FFN_ACT, DROP_FFN_OUT };
 
 
-/* ---------- layout ---------- */
-
-static size_t add_view(cf_model *m, const char *name, int rows, int cols, int kind) {
-  if (m->nviews == m->cap_views) {
-    m->cap_views = m->cap_views ? 2 * m->cap_views : 64;
-    m->views = realloc(m->views, (size_t)m->cap_views * sizeof *m->views);
-    if (!m->views) return SIZE_MAX;
+/* Allocate what the layout asks for: the flat buffers, then each arena's segments. */
+static cf_status allocate(cf_model *m) {
+  cf_model_flat_bytes f = cf_model_flat_sizes(m);
+  const size_t bytes[] = {f.params, f.grads, f.m1, f.m2, f.tokens, f.targets};
+  cl_mem *mems[] = {&m->params, &m->grads, &m->m1, &m->m2, &m->tokens, &m->targets};
+  for (int i = 0; i < 6; i++) {
+    CF_TRY(cf_buffer_create(m->ctx, bytes[i], mems[i]));
+    m->bytes += bytes[i];
   }
-  cf_tensor_view *v = &m->views[m->nviews++];
-  memset(v, 0, sizeof *v);
-  snprintf(v->name, sizeof v->name, "%s", name);
-  v->off = m->nparams;
-  v->ndim = cols > 0 ? 2 : 1;
-  v->shape[0] = rows;
-  v->shape[1] = cols > 0 ? cols : 0;
-  v->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
-  v->kind = kind;
-  /* keep every tensor 16-float aligned: vector loads and cache lines stay whole */
-  m->nparams += cf_round_up(v->numel, 16);
-  return v->off;
+  cf_arena *arenas[] = {&m->acts, &m->scratch};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < arenas[k]->n; i++) {
+      struct cf_segment *s = &arenas[k]->seg[i];
+      CF_TRY(cf_buffer_create(m->ctx, s->floats * 4, &s->buf));
+      m->bytes += s->floats * 4;
+    }
+  return CF_OK;
 }
 
-static void layout_params(cf_model *m) {
-  char n[64];
-  int C = m->C, F = m->F, V = m->V;
-  m->wte = add_view(m, "wte", V, C, CF_INIT_XAVIER);
-  m->wpe = m->mc.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_XAVIER) : SIZE_MAX;
-  for (int l = 0; l < m->L; l++) {
-    layer_params *p = &m->lp[l];
-#define V2(field, suffix, r, c, kind) (snprintf(n, sizeof n, "layers.%d.%s", l, suffix), p->field = add_view(m, n, r, c, kind))
-    V2(ln1_w, "ln1.weight", C, 0, CF_INIT_ONE);
-    V2(ln1_b, "ln1.bias", C, 0, CF_INIT_ZERO);
-    V2(qkv_w, "attn.qkv.weight", 3 * C, C, CF_INIT_XAVIER);
-    V2(qkv_b, "attn.qkv.bias", 3 * C, 0, CF_INIT_ZERO);
-    V2(proj_w, "attn.proj.weight", C, C, CF_INIT_XAVIER);
-    V2(proj_b, "attn.proj.bias", C, 0, CF_INIT_ZERO);
-    V2(ln2_w, "ln2.weight", C, 0, CF_INIT_ONE);
-    V2(ln2_b, "ln2.bias", C, 0, CF_INIT_ZERO);
-    V2(fc1_w, "ffn.fc1.weight", F, C, CF_INIT_XAVIER);
-    V2(fc1_b, "ffn.fc1.bias", F, 0, CF_INIT_ZERO);
-    V2(fc2_w, "ffn.fc2.weight", C, F, CF_INIT_XAVIER);
-    V2(fc2_b, "ffn.fc2.bias", C, 0, CF_INIT_ZERO);
-#undef V2
-  }
-  if (m->mc.final_norm == CF_FINAL_NORM_ON) {
-    m->lnf_w = add_view(m, "lnf.weight", C, 0, CF_INIT_ONE);
-    m->lnf_b = add_view(m, "lnf.bias", C, 0, CF_INIT_ZERO);
-  } else m->lnf_w = m->lnf_b = SIZE_MAX;
-  m->out_w = m->mc.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_XAVIER);
-}
-
-static size_t take(size_t *total, size_t n) {
-  size_t off = *total;
-  *total += cf_round_up(n ? n : 1, 16);
-  return off;
-}
-
-static void layout_acts(cf_model *m, size_t *acts, size_t *scratch) {
-  size_t N = (size_t)m->B * m->T, C = (size_t)m->C, F = (size_t)m->F;
-  size_t att = (size_t)m->B * m->NH * m->T * m->T;
-  *acts = 0;
-  m->emb = take(acts, N * C);
-  for (int l = 0; l < m->L; l++) {
-    layer_acts *a = &m->la[l];
-    a->norm1 = take(acts, N * C);
-    a->mean1 = take(acts, N);
-    a->rstd1 = take(acts, N);
-    a->res1 = take(acts, N * C);
-    a->norm2 = take(acts, N * C);
-    a->mean2 = take(acts, N);
-    a->rstd2 = take(acts, N);
-    a->res2 = take(acts, N * C);
-    a->qkv = take(acts, N * 3 * C);
-    a->qkvp = take(acts, N * 3 * C);
-    a->att = take(acts, att);
-    a->atty = take(acts, N * C);
-    a->h = take(acts, N * F);
-    a->a = take(acts, N * F);
-  }
-  m->lnf_out = take(acts, N * C);
-  m->lnf_mean = take(acts, N);
-  m->lnf_rstd = take(acts, N);
-  m->logits = take(acts, N * (size_t)m->V);
-  m->dlogits = take(acts, N * (size_t)m->V);
-  m->losses = take(acts, N);
-  m->loss = take(acts, 1);
-  m->grad_norm = take(acts, 1);
-  m->watch_state = take(acts, 3);
-  m->watch_flags = take(acts, (size_t)m->nviews);
-  m->watch_table = take(acts, 2 * (size_t)m->nviews);
-  *scratch = 0;
-  m->s_attn = take(scratch, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->mc.attn_dropout > 0));
-  m->s_branch = take(scratch, N * C);
-  m->s_stream = take(scratch, N * C);
-  m->s_res = take(scratch, N * C);
-  m->s_wide = take(scratch, N * F);
-  m->s_dqkv = take(scratch, N * 3 * C);
-  m->s_norm = take(scratch, cf_norm_scratch_floats(m->nparams));
+cf_status cf_model_fits(const cf_memory_plan *p) {
+  if (p->fits) return CF_OK;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  cf_model_plan_write(p, "  ", f);
+  fclose(f);
+  while (len && text[len - 1] == '\n') text[--len] = 0;
+  cf_status st = CF_FAIL(CF_ERR_CONFIG, "the model does not fit %s at batch %d x %d tokens:\n%s\n%s", p->device,
+                         p->batch, p->seq_len, text,
+                         p->max_batch ? "lower data.batch_size (and raise train.accumulate to keep the tokens per step)"
+                                      : "no batch size fits: choose a smaller model (model.d_model, model.layers, "
+                                        "model.d_ff) or data.seq_len");
+  free(text);
+  return st;
 }
 
 cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_optim_config *oc,
                           unsigned long long seed, int B, int T, cf_model **out) {
   *out = NULL;
-  if (B < 1 || T < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "batch %d x %d tokens: both must be positive", B, T);
-  if (mc->final_norm == CF_FINAL_NORM_AUTO || mc->vocab < 2) return CF_FAIL(CF_ERR_INVALID_ARG, "config not validated");
   cf_model *m = calloc(1, sizeof *m);
   if (!m) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   m->ctx = ctx;
-  m->mc = *mc;
-  m->oc = *oc;
   m->seed = seed;
-  m->B = B;
-  m->T = T;
-  m->C = mc->d_model;
-  m->NH = mc->heads;
-  m->F = mc->d_ff;
-  m->L = mc->layers;
-  m->V = mc->vocab;
-  m->act = mc->activation;
-  m->lp = calloc((size_t)m->L, sizeof *m->lp);
-  m->la = calloc((size_t)m->L, sizeof *m->la);
-  cf_status st = CF_OK;
-  if (!m->lp || !m->la) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
-  layout_params(m);
-  if (!m->views) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
-  size_t acts, scratch;
-  layout_acts(m, &acts, &scratch);
-  size_t P = m->nparams, N = (size_t)B * T;
-  int sgd_plain = oc->name == CF_OPTIM_SGD && oc->momentum == 0;
-  int adam = oc->name != CF_OPTIM_SGD;
-  const cf_model_buffer bufs[] = {{"parameters", P * 4}, {"gradients", P * 4}, {"first moments", (sgd_plain ? 1 : P) * 4},
-                                  {"second moments", (adam ? P : 1) * 4}, {"activations", acts * 4},
-                                  {"scratch", scratch * 4}, {"tokens", N * 4}, {"targets", N * 4}};
-  cl_mem *mems[] = {&m->params, &m->grads, &m->m1, &m->m2, &m->acts, &m->scratch, &m->tokens, &m->targets};
-  if ((st = cf_model_check_memory(ctx, bufs, 8, B, T)) != CF_OK) goto fail;
-  for (int i = 0; i < 8; i++) {
-    if ((st = cf_buffer_create(ctx, bufs[i].bytes, mems[i])) != CF_OK) goto fail;
-    m->bytes += bufs[i].bytes;
+  m->parts = 1;
+  cf_status st = cf_model_lay_out(m, mc, oc, B, T);
+  if (st == CF_OK) st = cf_model_plan(mc, oc, B, T, cf_context_device(ctx), &m->plan);
+  if (st == CF_OK) st = cf_model_fits(&m->plan);
+  if (st == CF_OK) st = allocate(m);
+  if (st == CF_OK) st = cf_model_watch_setup(m);
+  if (st != CF_OK) {
+    cf_model_free(m);
+    return st;
   }
-  if ((st = cf_model_watch_setup(m)) != CF_OK) goto fail;
   *out = m;
   return CF_OK;
-fail:
-  cf_model_free(m);
-  return st;
 }
 
 void cf_model_free(cf_model *m) {
   if (!m) return;
   cf_model_watch_release(m);
-  cf_buffer_free(m->params);
-  cf_buffer_free(m->grads);
-  cf_buffer_free(m->m1);
-  cf_buffer_free(m->m2);
-  cf_buffer_free(m->acts);
-  cf_buffer_free(m->scratch);
-  cf_buffer_free(m->tokens);
-  cf_buffer_free(m->targets);
+  cl_mem mems[] = {m->params, m->grads, m->m1, m->m2, m->tokens, m->targets};
+  for (int i = 0; i < 6; i++) cf_buffer_free(mems[i]);
   struct staging *stages[] = {&m->stage_tokens, &m->stage_targets};
   for (int i = 0; i < 2; i++)
     for (int k = 0; k < 2; k++) {
       if (stages[i]->ev[k]) { clWaitForEvents(1, &stages[i]->ev[k]); CF_RELEASE(clReleaseEvent, stages[i]->ev[k]); }
       free(stages[i]->host[k]);
     }
-  free(m->views);
-  free(m->lp);
-  free(m->la);
+  cf_model_lay_out_free(m);
   free(m);
 }
 
@@ -201,6 +103,7 @@ size_t cf_model_num_params(const cf_model *m) {
   return n;
 }
 size_t cf_model_device_bytes(const cf_model *m) { return m->bytes; }
+const cf_memory_plan *cf_model_memory_plan(const cf_model *m) { return &m->plan; }
 size_t cf_model_flat_floats(const cf_model *m) { return m->nparams; }
 int cf_model_batch(const cf_model *m) { return m->B; }
 int cf_model_seq_len(const cf_model *m) { return m->T; }
@@ -243,8 +146,8 @@ cf_status cf_model_init(cf_model *m, uint64_t seed) {
 
 #define P(off) cf_at(m->params, (off))
 #define G(off) cf_at(m->grads, (off))
-#define A(off) cf_at(m->acts, (off))
-#define S(off) cf_at(m->scratch, (off))
+#define A(off) cf_arena_at(&m->acts, (off))
+#define S(off) cf_arena_at(&m->scratch, (off))
 
 /* y (N, out) = x (N, in) W^T + b */
 static cf_status linear_forward(cf_model *m, cf_mem y, cf_mem x, size_t w, size_t b, int in, int out) {
@@ -264,8 +167,11 @@ static cf_status linear_backward(cf_model *m, cf_mem dx, size_t w, size_t b, cf_
                  accumulate ? 1.0f : 0.0f, dx, (size_t)in);
 }
 
+/* A mask per (seed, step, tensor); an accumulated step's micro-batches each draw their own (part
+ * above the at most 8 * 1001 tensor ids), part 0 the masks a step without accumulation draws. */
 static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p) {
-  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, (uint32_t)(layer + 1) * 8u + (uint32_t)which};
+  uint32_t id = (uint32_t)(layer + 1) * 8u + (uint32_t)which + ((uint32_t)m->part << 16);
+  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, id};
   return d;
 }
 
@@ -457,11 +363,31 @@ static cf_status stage_write(cf_model *m, struct staging *s, cl_mem dst, const i
 
 static float token_scale(const cf_model *m) { return m->mc.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
 
+/* An accumulated step's mean loss: the parts' losses summed into step_loss, divided at the last. */
+static cf_status step_loss(cf_model *m) {
+  if (m->parts == 1) return CF_OK;  /* the loss itself is the step's */
+  if (m->part == 0) CF_TRY(cf_copy(m->ctx, A(m->step_loss), A(m->loss), 1));
+  else CF_TRY(cf_add_inplace(m->ctx, A(m->step_loss), A(m->loss), 1));
+  return m->part == m->parts - 1 ? cf_scale(m->ctx, A(m->step_loss), 1, 1.0f / (float)m->parts) : CF_OK;
+}
+
+/* Where the last step's loss is, for the watch and cf_model_add_loss. */
+cf_mem cf_model_step_loss_at(const cf_model *m) { return A(m->parts > 1 ? m->step_loss : m->loss); }
+
 cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, uint32_t step, int train) {
+  return cf_model_forward_part(m, inputs, targets, step, 0, 1, train);
+}
+
+cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targets, uint32_t step, int part, int parts,
+                                int train) {
   int N = m->B * m->T, C = m->C, V = m->V;
+  if (parts < 1 || part < 0 || part >= parts || parts > 65535)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "micro-batch %d of %d: needs 0 <= part < parts <= 65535", part, parts);
   long bad = cf_embedding_check_tokens(inputs, (size_t)N, V);
   if (bad >= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "token %d at position %ld is outside the vocabulary [0, %d)", inputs[bad], bad, V);
   m->step = step;
+  m->part = part;
+  m->parts = parts;
   m->train = train;
   CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
   CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
@@ -477,16 +403,25 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   if (!targets) return CF_OK;
   m->count = cf_crossentropy_count(targets, N, -1);
   CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
-  /* the loss and, in the same pass over the logits, their gradient for a backward that may follow */
-  return cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
+  /* the loss and, in the same pass over the logits, their gradient for a backward that may follow
+   * (over `parts` micro-batches of equal count: the step's mean is the mean of their means) */
+  CF_TRY(cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
                                           cf_at(m->targets, 0), N, V, (float)m->mc.label_smoothing, -1,
-                                          1.0f / (float)m->count);
+                                          1.0f / ((float)m->count * (float)parts)));
+  return step_loss(m);
 }
+
+cf_status cf_model_zero_grads(cf_model *m) { return cf_fill(m->ctx, cf_at(m->grads, 0), 0.0f, m->nparams); }
 
 cf_status cf_model_backward(cf_model *m) {
   if (m->count <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "backward needs a forward with targets first");
+  CF_TRY(cf_model_zero_grads(m));
+  return cf_model_backward_add(m);
+}
+
+cf_status cf_model_backward_add(cf_model *m) {
+  if (m->count <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "backward needs a forward with targets first");
   int N = m->B * m->T, C = m->C, V = m->V;
-  CF_TRY(cf_fill(m->ctx, cf_at(m->grads, 0), 0.0f, m->nparams));
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
   if (m->lnf_w != SIZE_MAX) {
     /* d(lnf_out) in s_res; the final LayerNorm's backward here, or in the last block (Pre-LN) */
@@ -520,7 +455,7 @@ cf_status cf_model_update(cf_model *m, float lr, int step) {
                         &h, norm, (float)o->clip_norm);
 }
 
-cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, A(m->loss), 1); }
+cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, cf_model_step_loss_at(m), 1); }
 cf_status cf_model_loss(cf_model *m, float *loss) { return cf_read(m->ctx, A(m->loss), loss, 1); }
 cf_status cf_model_read_global_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
 

@@ -15,6 +15,24 @@ typedef struct cf_watch_reads {
   cf_divergence verdict;  /* sticky: the first bad step found */
 } cf_watch_reads;
 
+/* A run of device floats laid out as one (tensor offsets index the whole run) but held in
+ * segments, each its own buffer, so that no buffer outgrows the device's largest allocation while
+ * the whole fits its memory: a segment per layer's activations, say. */
+typedef struct cf_arena {
+  size_t total;        /* floats laid out so far */
+  int n, cap;          /* segments */
+  struct cf_segment { char name[40]; size_t base, floats; cl_mem buf; } *seg;
+} cf_arena;
+
+/* Start a new segment named name; later cf_arena_take calls fall in it. 0, or -1 when out of memory. */
+int cf_arena_segment(cf_arena *a, const char *name);
+/* n floats (at least 1, rounded up to 16 for whole vectors and cache lines) in the current segment;
+ * their offset in the run. */
+size_t cf_arena_take(cf_arena *a, size_t n);
+/* The device address of float `off` of the run (allocated). */
+cf_mem cf_arena_at(const cf_arena *a, size_t off);
+void cf_arena_free(cf_arena *a);  /* buffers and table */
+
 typedef struct layer_params {  /* offsets into the flat parameter buffer */
   size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 } layer_params;
@@ -40,7 +58,7 @@ struct cf_model {
   cl_mem params, grads, m1, m2;  /* m1/m2: Adam's moments (m1 is SGD's momentum) */
   layer_params *lp;
   size_t wte, wpe, lnf_w, lnf_b, out_w;  /* wpe/lnf unused (SIZE_MAX) when absent; out_w == wte when tied */
-  cl_mem acts;
+  cf_arena acts;           /* saved activations: a segment for the embedding, each layer, the output */
   layer_acts *la;
   size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, dlogits, losses, loss, grad_norm;
   size_t watch_state, watch_flags, watch_table;  /* the divergence watch (model/watch.c) */
@@ -48,14 +66,32 @@ struct cf_model {
   /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
    * per step) and a slot is reused only after its previous write has completed. */
   struct staging { int *host[2]; cl_event ev[2]; int next; } stage_tokens, stage_targets;
-  cl_mem scratch;
+  cf_arena scratch;        /* workspaces: attention's, then backward's */
   size_t s_attn, s_branch, s_stream, s_res, s_wide, s_dqkv, s_norm;
   size_t bytes;
+  cf_memory_plan plan;     /* against the context's device, made before allocating */
+  size_t step_loss;        /* the mean loss of an accumulated step's parts (model.c) */
   int count;               /* targets that count for the loss in the last forward */
+  int part, parts;         /* the last forward was micro-batch `part` of a step of `parts` */
   uint32_t step;           /* dropout key of the last forward */
   int train;
   cf_watch_reads watch;
 };
+
+/* Fill in m's sizes from mc, oc, B and T, and lay out its parameters (views), activations and
+ * workspaces, without touching a device: what cf_model_create allocates and cf_model_plan counts. */
+cf_status cf_model_lay_out(cf_model *m, const cf_model_config *mc, const cf_optim_config *oc, int B, int T);
+/* The bytes of each flat buffer (parameters, gradients, Adam's m and v; 4 when absent) and of
+ * tokens and targets, as cf_model_create allocates them. */
+typedef struct cf_model_flat_bytes { size_t params, grads, m1, m2, tokens, targets; } cf_model_flat_bytes;
+cf_model_flat_bytes cf_model_flat_sizes(const cf_model *m);
+/* Host-side layout freed (views and tables; the device buffers are cf_model_free's). */
+void cf_model_lay_out_free(cf_model *m);
+/* The plan of a laid-out model against dev (NULL: none), the largest fitting batch not searched. */
+void cf_model_plan_of(const cf_model *m, const cf_device_info *dev, cf_memory_plan *plan);
+
+/* The last step's loss on the device: the last forward's, or its parts' mean (model.c). */
+cf_mem cf_model_step_loss_at(const cf_model *m);
 
 /* The watch's state zeroed and its table of views uploaded; its pending reads waited for and
  * released (model/watch.c, called by create and free). */

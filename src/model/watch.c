@@ -8,7 +8,7 @@
 #include "model/model_internal.h"
 #include "runtime/runtime.h"
 
-#define A(off) cf_at(m->acts, (off))
+#define A(off) cf_arena_at(&m->acts, (off))
 
 cf_status cf_model_watch_setup(cf_model *m) {
   size_t *offs = malloc((size_t)m->nviews * sizeof *offs), *counts = malloc((size_t)m->nviews * sizeof *counts);
@@ -70,10 +70,11 @@ cf_status cf_model_watch(cf_model *m, int step, float loss_limit) {
   cf_watch_reads *w = &m->watch;
   int k = w->next;
   CF_TRY(look_at(m, k));  /* the slot's previous verdict, two steps old: long arrived */
-  CF_TRY(cf_divergence_watch(m->ctx, A(m->watch_state), A(m->loss), A(m->grad_norm), loss_limit));
+  CF_TRY(cf_divergence_watch(m->ctx, A(m->watch_state), cf_model_step_loss_at(m), A(m->grad_norm), loss_limit));
   CF_TRY(cf_nonfinite_segments(m->ctx, A(m->watch_flags), A(m->watch_state), cf_at(m->grads, 0), A(m->watch_table),
                                m->nviews));
-  CF_CHECK(clEnqueueReadBuffer(cf_context_queue(m->ctx), m->acts, CL_FALSE, m->watch_state * 4, sizeof w->host[k],
+  cf_mem state = A(m->watch_state);
+  CF_CHECK(clEnqueueReadBuffer(cf_context_queue(m->ctx), state.buf, CL_FALSE, state.off * 4, sizeof w->host[k],
                                w->host[k], 0, NULL, &w->ev[k]));
   w->step[k] = step;
   w->next ^= 1;

@@ -1,5 +1,18 @@
-/* Device buffers: checked create, blocking copies, fill. */
+/* Device buffers: checked create, blocking copies, fill, and the count of bytes alive. */
+#include <stdatomic.h>
 #include "runtime/runtime.h"
+
+/* Bytes of buffers made here and not yet destroyed, in every context: the memory plan's test
+ * compares it with the plan. A destructor callback counts a buffer out whoever releases it last
+ * (the GEMM scratch is released directly, and queued kernels may hold a buffer past its free). */
+static atomic_ullong live_bytes;
+
+static void CL_CALLBACK count_out(cl_mem buf, void *bytes) {
+  (void)buf;
+  atomic_fetch_sub(&live_bytes, (unsigned long long)(uintptr_t)bytes);
+}
+
+unsigned long long cf_buffer_live_bytes(void) { return atomic_load(&live_bytes); }
 
 cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out) {
   *out = NULL;
@@ -12,6 +25,8 @@ cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out) {
   if (err != CL_SUCCESS)
     return cf_report(err, "clCreateBuffer", __FILE__, __LINE__, "%zu bytes (%.1f MiB) asked for", bytes,
                      (double)bytes / 1048576.0);
+  if (clSetMemObjectDestructorCallback(*out, count_out, (void *)(uintptr_t)bytes) == CL_SUCCESS)
+    atomic_fetch_add(&live_bytes, bytes);
   return CF_OK;
 }
 

@@ -53,8 +53,17 @@ static cf_status write_text(const char *path, const cf_config *cfg) {
 double cf_train_loss_limit(int vocab) { return 3 * log((double)vocab); }
 
 cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int step, float lr, cf_mem loss_acc) {
-  CF_TRY(cf_model_forward(m, inputs, targets, (uint32_t)step, 1));
-  CF_TRY(cf_model_backward(m));
+  return cf_train_step_accumulate(m, inputs, targets, 1, step, lr, loss_acc);
+}
+
+cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
+                                   cf_mem loss_acc) {
+  size_t n = (size_t)cf_model_batch(m) * (size_t)cf_model_seq_len(m);
+  CF_TRY(cf_model_zero_grads(m));
+  for (int k = 0; k < parts; k++) {
+    CF_TRY(cf_model_forward_part(m, inputs + k * n, targets + k * n, (uint32_t)step, k, parts, 1));
+    CF_TRY(cf_model_backward_add(m));
+  }
   CF_TRY(cf_model_global_grad_norm(m));
   CF_TRY(cf_model_watch(m, step, (float)cf_train_loss_limit(cf_model_vocab(m))));
   CF_TRY(cf_model_update(m, lr, step));
@@ -195,6 +204,7 @@ static void emit_started(const run *r) {
   const cf_config *cfg = r->cfg;
   cf_train_event e = {.kind = CF_TRAIN_STARTED, .step = r->ts.step, .resumed = r->from_checkpoint,
                       .params = (double)cf_model_num_params(r->m), .device_bytes = (double)cf_model_device_bytes(r->m),
+                      .plan = cf_model_memory_plan(r->m),
                       .train_bytes = r->data.n_train, .valid_bytes = r->data.n_valid,
                       .unigram_entropy = r->data.unigram_entropy, .cfg = cfg,
                       .device_name = cf_context_device(r->ctx)->name};
@@ -230,7 +240,8 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   now = cf_now();
   elapsed = r->wall0 + now - r->t_start;
   e.elapsed_s = elapsed;
-  e.tokens_per_s = (double)(step - r->last_row_step) * cfg->data.batch_size * cfg->data.seq_len / (now - r->t_last);
+  e.tokens_per_s = (double)(step - r->last_row_step) * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len /
+                   (now - r->t_last);
   e.eta_s = (now - r->t_start) / (step - r->start_step) * (double)(cfg->train.steps - step + r->opts->eta_extra_steps);
   cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed});
   if (do_log || do_eval) emit(r, &e);
@@ -272,13 +283,16 @@ static int stop_asked(const run *r) {
 /* The steps after r->ts.step up to train.steps, or until a divergence or a stop request. */
 static cf_status loop(run *r) {
   const cf_config *cfg = r->cfg;
-  int B = cfg->data.batch_size, T = cfg->data.seq_len, steps = cfg->train.steps, ticks = r->opts->hooks.ticks;
+  int parts = cfg->train.accumulate, T = cfg->data.seq_len, steps = cfg->train.steps, ticks = r->opts->hooks.ticks;
   float zero = 0;
   CF_TRY(cf_write(r->ctx, cf_at(r->acc, 0), &zero, 1));
   for (int step = r->ts.step + 1; step <= steps; step++) {
-    cf_data_batch(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), B, T, r->in, r->tg);
+    /* the step's whole batch, parts x batch_size rows: the micro-batches are its slices, so a step
+     * sees the same sequences as one batch that large */
+    cf_data_batch(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), parts * cfg->data.batch_size, T, r->in,
+                  r->tg);
     float lr = (float)cf_config_lr(cfg, step);
-    CF_TRY(cf_train_step(r->m, r->in, r->tg, step, lr, cf_at(r->acc, 0)));
+    CF_TRY(cf_train_step_accumulate(r->m, r->in, r->tg, parts, step, lr, cf_at(r->acc, 0)));
     int stop = stop_asked(r);  /* asked once: the checkpoint and the exit must agree */
     int last = step == steps || stop;
     int do_log = step % cfg->train.log_every == 0 || last;
@@ -318,7 +332,7 @@ static cf_status record_end(const run *r) {
 /* Model, buffers, state (fresh or resumed), config.yaml and metrics.csv. */
 static cf_status prepare(run *r) {
   const cf_config *cfg = r->cfg;
-  size_t N = (size_t)cfg->data.batch_size * (size_t)cfg->data.seq_len;
+  size_t N = (size_t)cfg->train.accumulate * (size_t)cfg->data.batch_size * (size_t)cfg->data.seq_len;
   r->in = malloc(N * sizeof *r->in);
   r->tg = malloc(N * sizeof *r->tg);
   if (!r->in || !r->tg) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
@@ -361,7 +375,16 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   r.dir = opts.resume_dir ? opts.resume_dir : cfg->train.out;
   snprintf(r.ckpt, sizeof r.ckpt, "%s/checkpoint.safetensors", r.dir);
   CF_TRY(cf_data_open(&r.data, cfg));
-  cf_status st = open_run_dir(&r);
+  /* a model the device cannot hold is refused before the run directory is touched */
+  cf_memory_plan plan;
+  cf_status st = cf_model_plan(&cfg->model, &cfg->optim, cfg->data.batch_size, cfg->data.seq_len,
+                               cf_context_device(ctx), &plan);
+  if (st == CF_OK) st = cf_model_fits(&plan);
+  if (st != CF_OK) {
+    cf_data_close(&r.data);
+    return st;
+  }
+  st = open_run_dir(&r);
   if (st == CF_OK) st = prepare(&r);
   if (st == CF_OK) {
     emit_started(&r);

@@ -20,6 +20,23 @@ if [[ $rc -eq 0 && "$out" == *"norm: post"* && "$out" == *"d_model: 64"* && "$ou
 out2=$("$bin" check resolved.yaml); rc=$?
 [[ $rc -eq 0 ]] && echo "ok   resolved config round-trips" || { echo "FAIL round trip: $out2"; fail=1; }
 
+# the memory plan, as YAML comments (the output stays a config); against a device with --device
+out=$("$bin" check good.yaml); rc=$?
+[[ $rc -eq 0 && "$out" == *"# memory plan, batch 16 x 64 tokens"*"#   activations"*"per micro-batch"*"#   total"*"not compared"* ]] \
+  && ok "check prints the memory plan" || bad "plan: rc=$rc $out"
+expect_error "train.accumulate below 1" "train.accumulate: value 0 is out of range" "$bin" check good.yaml --set train.accumulate=0
+if "$bin" devices --device pocl >/dev/null 2>&1; then
+  out=$("$bin" check good.yaml --device pocl --set train.accumulate=4); rc=$?
+  [[ $rc -eq 0 && "$out" == *"#   device"*"global memory, at most"*"#   fits"*"the largest batch_size that fits: "* && "$out" == *"train.accumulate 4: 64 sequences per optimizer step"* ]] \
+    && ok "check --device compares the plan with the device" || bad "plan against the device: rc=$rc $out"
+  # PoCL's own POCL_MEMORY_LIMIT (GiB) makes its CPU device a 1 GiB one (256 MiB in one buffer): too small
+  err=$(POCL_MEMORY_LIMIT=1 "$bin" check good.yaml --device pocl --set data.batch_size=8192 2>&1 >/dev/null); rc=$?
+  [[ $rc -eq 2 && "$err" == *"does not fit"*"memory plan, batch 8192 x 64"*"activations"*"1024.0 MiB  global memory, at most 256.0 MiB"*"the largest batch_size that fits: "[1-9]* ]] \
+    && ok "a run too large for a 1 GiB device: refused with the plan and the largest batch (exit 2)" || bad "too large: rc=$rc $err"
+  err=$(POCL_MEMORY_LIMIT=1 "$bin" train good.yaml --device pocl --set data.batch_size=8192 --set train.out=big 2>&1 >/dev/null); rc=$?
+  [[ $rc -eq 2 && "$err" == *"does not fit"*"the largest batch_size that fits: "[1-9]* && ! -e big/checkpoint.safetensors ]] \
+    && ok "train refuses it the same way before any allocation" || bad "train too large: rc=$rc $err"
+fi
 printf 'model:\n  layer: 6\n' > unknown.yaml
 printf 'data:\n  train: nosuch.txt\n' > nodata.yaml
 expect_error "a missing training file" "nodata.yaml:2:10: data.train: cannot open 'nosuch.txt': No such file" "$bin" check nodata.yaml

@@ -20,6 +20,8 @@ for f in metrics.csv config.yaml checkpoint.safetensors run.json; do [[ -s a/$f 
 [[ $(wc -l < a/metrics.csv) -eq 5 ]] && ok "metrics.csv has a header and 4 rows" || bad "metrics rows: $(cat a/metrics.csv)"
 grep -q '"status": "finished"' a/run.json && ok "run.json says finished" || bad "run.json: $(cat a/run.json)"
 [[ "$out" == *"parameters"* && "$out" == *"MiB of device memory"* && "$out" == *"step 20/20"* ]] && ok "progress lines" || bad "progress: $out"
+[[ "$out" == *"memory: "*" MiB (parameters "*"activations "*" for a micro-batch of 4 x 32, workspaces "* ]] \
+  && ok "the memory plan's summary at the start" || bad "memory line: $out"
 "$bin" check a/config.yaml >/dev/null && ok "saved config is valid" || bad "saved config invalid"
 
 "$bin" train tiny.yaml --set train.out=b --quiet; losses a > la; losses b > lb
@@ -98,9 +100,21 @@ out2=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3)
 err=$(CLFORMER_CACHE_DIR=/proc/version/cache "$bin" train tiny.yaml --set train.out=nocache --set train.steps=2 --quiet 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 0 && "$err" != *"error"* && "$err" == *"not cached"* ]] && ok "an unwritable cache is a note, not an error" \
   || bad "unwritable cache: rc=$rc $err"
-# a model too large for the device is refused before any allocation, with the sizes
+# train.accumulate: 2 micro-batches of 4 train as one batch of 8 (dropout off: each micro-batch draws its own
+# masks); the losses and gradient norms in metrics.csv (6 digits) agree to 2e-5 relative, float32 rounding
+"$bin" train tiny.yaml --set train.out=big8 --set data.batch_size=8 --set model.dropout=0 --set model.attn_dropout=0 \
+  --set train.steps=6 --set train.log_every=1 --quiet
+out=$("$bin" train tiny.yaml --set train.out=acc2 --set train.accumulate=2 --set model.dropout=0 --set model.attn_dropout=0 \
+  --set train.steps=6 --set train.log_every=1 2>&1)
+[[ "$out" == *"2 micro-batches accumulated a step (8 sequences)"* ]] && ok "train says it accumulates" || bad "accumulate line: $out"
+paste -d, <(cut -d, -f3,5 big8/metrics.csv) <(cut -d, -f3,5 acc2/metrics.csv) | tail -n +2 | awk -F, '
+  function off(a, b) { d = a - b; if (d < 0) d = -d; return d > 2e-5 * (a < 0 ? -a : a) }
+  NF != 4 || off($1, $3) || off($2, $4) { bad = 1; print "  differs: " $0 } END { exit bad || NR != 6 }' \
+  && ok "accumulate 2 x batch 4 == batch 8: losses and gradient norms of 6 steps" \
+  || bad "accumulate: $(paste -d' ' big8/metrics.csv acc2/metrics.csv)"
+# a model too large for the device is refused before any allocation, with its memory plan
 err=$("$bin" train tiny.yaml --set train.out=big --set model.d_model=2048 --set model.heads=16 --set model.d_ff=8192 \
       --set model.layers=24 2>&1 >/dev/null); rc=$?
-[[ $rc -eq 2 && "$err" == *"MiB of device memory"*"at most"*"MiB in one buffer: choose a smaller model"* ]] \
-  && ok "a model too large for the device: sizes named, exit 2" || bad "too large: rc=$rc $err"
+[[ $rc -eq 2 && "$err" == *"does not fit"*"parameters"*"4614.5 MiB"*"at most"*"MiB in one buffer"*"no batch_size fits"*"choose a smaller model"* ]] \
+  && ok "a model too large for the device: its plan, exit 2" || bad "too large: rc=$rc $err"
 exit $fail
