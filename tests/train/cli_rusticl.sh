@@ -18,10 +18,15 @@ rusticl=(env CLFORMER_GEMM=clblast)
 "$bin" devices --device pocl >/dev/null 2>&1 || { echo "SKIP: no PoCL device to compare with"; exit 77; }
 
 t0=$SECONDS
-out=$("${rusticl[@]}" "$bin" selftest --device llvmpipe 2>&1); rc=$?
-n=$(grep -c " pass " <<<"$out")
-if [[ $rc -eq 0 && $n -ge 40 && "$out" != *FAIL* ]]; then ok "selftest on llvmpipe: $n ops pass ($((SECONDS - t0)) s)"
-else bad "selftest on llvmpipe: rc=$rc"; echo "$out"; fi
+selftest_on() {  # DEVICE [ENV...]: every op passes the self-test there
+  local t=$SECONDS out rc n
+  out=$("${@:2}" "$bin" selftest --device "$1" 2>&1); rc=$?
+  n=$(grep -c " pass " <<<"$out")
+  if [[ $rc -eq 0 && $n -ge 40 && "$out" != *FAIL* ]]; then ok "selftest on $1: $n ops pass ($((SECONDS - t)) s)"
+  else bad "selftest on $1: rc=$rc"; echo "$out"; fi
+}
+selftest_on llvmpipe "${rusticl[@]}"
+selftest_on pocl env
 
 # The op tests on llvmpipe (the same binaries ctest runs on the default device): every op-table row
 # at its larger case, each family's own cases, and the kernels whose items walk 70000 rows
