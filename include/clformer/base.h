@@ -22,6 +22,7 @@ enum {
   CF_ERR_CHECKPOINT = -5009,    /* a checkpoint is truncated, corrupt or does not match */
   CF_ERR_SELFTEST = -5010,      /* the device failed the kernel self-test */
   CF_ERR_DATA = -5011,          /* training data is missing or unusable */
+  CF_ERR_MPI = -5012,           /* an MPI call failed, or another rank of the job did */
 };
 
 /* Symbolic name of a status code ("CL_INVALID_WORK_GROUP_SIZE", "CLBlastInvalidDimension", ...). */

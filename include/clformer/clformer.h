@@ -10,6 +10,7 @@
 #include "clformer/config.h"
 #include "clformer/model.h"
 #include "clformer/data.h"
+#include "clformer/dist.h"
 #include "clformer/train.h"
 #include "clformer/experiments.h"
 #include "clformer/bench.h"

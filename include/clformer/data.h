@@ -37,6 +37,10 @@ cf_status cf_data_check(const cf_config *c);
 /* Batch number `index` of a split: B windows of T+1 consecutive bytes at offsets drawn from
  * (seed, split, index); inputs are bytes 0..T-1 and targets 1..T of each window, (B, T) ints. */
 void cf_data_batch(const cf_data *d, int split, uint64_t seed, uint64_t index, int B, int T, int *inputs, int *targets);
+/* Rows first .. first+B-1 of that batch (row b's window depends on (seed, split, index, b) only,
+ * not on the batch's size): a rank's shard of a batch shared out across ranks. */
+void cf_data_batch_rows(const cf_data *d, int split, uint64_t seed, uint64_t index, int first, int B, int T,
+                        int *inputs, int *targets);
 
 /* Byte-level tokenizer: text <-> token ids (identity on bytes). */
 size_t cf_tokenize(const char *text, int *tokens, size_t max_tokens);

@@ -98,6 +98,12 @@ cf_status cf_model_backward(cf_model *m);
  * the gradients that cf_model_zero_grads zeroed before the first. */
 cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targets, uint32_t step, int part, int parts,
                                 int train);
+/* Data parallelism: this model's micro-batches 0 .. parts-1 are numbers first .. first+parts-1 of a
+ * step's `total` over all ranks. Their dropout masks are keyed by that global number, so an example
+ * gets the same masks whatever rank computes it (for a given data.batch_size), and each loss
+ * gradient is scaled by 1/(count x total), so the ranks' gradients sum to the whole step's. The step
+ * loss stays this rank's parts' mean. Default (and total 0): first 0, total = parts. */
+cf_status cf_model_set_shard(cf_model *m, int first, int total);
 cf_status cf_model_zero_grads(cf_model *m);
 cf_status cf_model_backward_add(cf_model *m);
 /* Global L2 norm of the gradient, computed on the device (kept for the clipping in cf_model_update). */
@@ -110,6 +116,10 @@ cf_status cf_model_update(cf_model *m, float lr, int step);
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc);
 /* Blocking reads of the last loss and gradient norm. */
 cf_status cf_model_loss(cf_model *m, float *loss);
+/* The last step's loss (what cf_model_watch checks and cf_model_add_loss adds): read, or replaced
+ * (by the mean over all ranks, before the watch). */
+cf_status cf_model_read_step_loss(cf_model *m, float *loss);
+cf_status cf_model_write_step_loss(cf_model *m, float loss);
 cf_status cf_model_read_global_grad_norm(cf_model *m, float *norm);
 /* Logits of sequence b at position t after a forward, (V) floats. */
 cf_status cf_model_logits(cf_model *m, int b, int t, float *out);

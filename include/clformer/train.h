@@ -68,6 +68,7 @@ typedef struct cf_train_state {
   int best_step;
   double wall_s;         /* training time so far, over all sessions */
   int diverged_step;     /* 0, or the step whose loss or gradient was not finite */
+  int world_size;        /* ranks sharing each step (clformer/dist.h) when it was saved; 0 counts as 1 */
 } cf_train_state;
 
 /* Write model weights (one tensor per view, named as in cf_tensor_view), Adam's moments (flat),
@@ -158,6 +159,23 @@ cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int 
  * is added into loss_acc. */
 cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
                                    cf_mem loss_acc);
+/* Data parallelism (clformer/dist.h): a step whose gradients are summed over the world's ranks
+ * before the norm, the watch and the update. host: room for the flat gradients and the loss (NULL in
+ * a world of one: nothing to share); wait_s: seconds inside MPI's collectives, sync_s: the whole
+ * exchange (device reads and writes too), both summed over steps. */
+typedef struct cf_grad_sync {
+  float *host;
+  size_t floats;
+  double wait_s, sync_s;
+} cf_grad_sync;
+#define CF_DIST_BUCKET_FLOATS ((size_t)1 << 20)  /* 4 MiB buckets in the all-reduce */
+cf_status cf_grad_sync_init(cf_grad_sync *g, cf_model *m);
+void cf_grad_sync_free(cf_grad_sync *g);
+/* cf_train_step_accumulate on this rank's share of the step (cf_model_set_shard), with the world's
+ * gradients and mean loss put in place of its own before the norm (so the clipping norm, the watch
+ * and the update are the world's: the same on every rank). sync NULL or sync->host NULL: one process. */
+cf_status cf_train_step_shared(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
+                               cf_mem loss_acc, cf_grad_sync *sync);
 /* A step's loss above this, three times that of guessing uniformly among vocab (16.6 nats for
  * bytes), counts as divergence: no learning run comes back from it in practice. */
 double cf_train_loss_limit(int vocab);

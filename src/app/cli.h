@@ -15,6 +15,11 @@ int cmd_gradnorm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 
+/* This rank's device context: under mpirun, its share of the devices spec matches
+ * (cf_dist_choose_device), agreed among ranks, with every rank's host and device printed by rank 0
+ * (not when quiet); else the device spec selects. */
+cf_status cf_cli_rank_context(const char *spec, int profiling, int quiet, cf_context **ctx);
+
 struct cf_config;
 /* Defaults, then the file (if any), then the --set overrides, then validation: 0, or 2 with
  * the message printed. */

@@ -6,6 +6,7 @@
 #include "app/progress.h"
 #include "clformer/check.h"
 #include "clformer/data.h"
+#include "clformer/dist.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
 
@@ -63,8 +64,8 @@ static int load_run_config(cf_config *cfg, const char *path, const char *resume,
 /* The run itself on ctx: self-test, training, and after a runtime error where it stopped and how to
  * continue. The exit code. */
 static int run(cf_context *ctx, const cf_config *cfg, const char *resume, int quiet) {
-  if (cf_selftest_ensure(ctx) != CF_OK) return 1;
-  cf_cli_progress progress = {.quiet = quiet};
+  if (cf_dist_agree(cf_selftest_ensure(ctx)) != CF_OK) return 1;
+  cf_cli_progress progress = {.quiet = quiet, .silent = cf_dist_world()->rank != 0};
   cf_cli_run_watch watch;
   cf_train_options to = {.resume_dir = resume, .hooks = cf_cli_run_watch_hooks(&watch, cf_cli_train_hooks(&progress))};
   cf_train_result res;
@@ -72,6 +73,7 @@ static int run(cf_context *ctx, const cf_config *cfg, const char *resume, int qu
   cf_status st = cf_train(ctx, cfg, &to, &res);
   cf_cli_signals_restore();
   const char *dir = resume ? resume : cfg->train.out;
+  if (st != CF_OK && cf_dist_failure_agreed() == 2) return cf_exit_code(st);  /* the failing rank said why */
   if (st != CF_OK) {
     char hint[2300];
     snprintf(hint, sizeof hint, "continue with clformer train --resume %s", dir);
@@ -80,7 +82,7 @@ static int run(cf_context *ctx, const cf_config *cfg, const char *resume, int qu
   }
   if (res.state.diverged_step) return 3;
   if (res.interrupted) return cf_cli_stop_exit_code();
-  if (!quiet)
+  if (!quiet && !progress.silent)
     printf("done: best validation loss %.4f at step %d; run in %s\n", res.state.best_valid, res.state.best_step, dir);
   return 0;
 }
@@ -107,9 +109,8 @@ int cmd_train(int argc, char **argv) {
   cf_config cfg;
   int rc = load_run_config(&cfg, path, resume, sets, nsets);
   if (rc) return rc;
-  cf_context_options o = {.device_spec = cf_device_spec_resolve(device, cfg.device)};
   cf_context *ctx;
-  cf_status st = cf_context_create(&o, &ctx);
+  cf_status st = cf_cli_rank_context(cf_device_spec_resolve(device, cfg.device), 0, quiet, &ctx);
   if (st != CF_OK) return cf_exit_code(st);
   rc = run(ctx, &cfg, resume, quiet);
   cf_context_free(ctx);

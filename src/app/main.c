@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "app/cli.h"
+#include "clformer/dist.h"
 
 static const char *usage =
     "usage: clformer COMMAND [options]    (clformer COMMAND --help for its options)\n"
@@ -46,7 +47,21 @@ static void print_usage(FILE *f) {
   fprintf(f, usage, list);
 }
 
+/* Exit codes every rank of a job reaches together (a divergence, a stop by signal, both agreed each
+ * step); any other failure is agreed only when cf_dist_agree said so, else the job is aborted. */
+static int ends_together(int rc) { return rc == 0 || rc == 3 || rc == 130 || rc == 143 || cf_dist_failure_agreed(); }
+
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  /* under mpirun: one rank of a data-parallel job (clformer/dist.h); else the world of one */
+  if (cf_dist_init(&argc, &argv) != CF_OK) return 2;
+  int rc = dispatch(argc, argv);
+  cf_dist_finalize(!ends_together(rc), rc);
+  return rc;
+}
+
+static int dispatch(int argc, char **argv) {
   if (argc < 2 || cf_arg_is(argv[1], "--help", "-h") || !strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

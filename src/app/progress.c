@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 #include "app/progress.h"
+#include "clformer/dist.h"
 
 static volatile sig_atomic_t stop_signal;
 static struct sigaction old_int, old_term;
@@ -108,6 +109,7 @@ static void print_stopped(const cf_cli_progress *p, const cf_train_event *e, con
 static void show(void *user, const cf_train_event *e) {
   const cf_cli_progress *p = user;
   const char *label = e->label ? e->label : "", *sep = e->label ? " | " : "";
+  if (p->silent) return;
   if (e->kind == CF_TRAIN_STOPPED) {  /* with --quiet too: it says how to continue */
     print_stopped(p, e, label, sep);
     fflush(stdout);
@@ -130,6 +132,6 @@ static void show(void *user, const cf_train_event *e) {
 }
 
 cf_train_hooks cf_cli_train_hooks(cf_cli_progress *p) {
-  p->tty = isatty(STDOUT_FILENO) && !p->quiet;
+  p->tty = isatty(STDOUT_FILENO) && !p->quiet && cf_dist_world()->size == 1;  /* mpirun passes a pty */
   return (cf_train_hooks){.progress = show, .should_stop = should_stop, .user = p, .ticks = p->tty};
 }

@@ -7,6 +7,7 @@
 
 typedef struct cf_cli_progress {
   int quiet;                 /* errors, and the one line of a stop by signal, only */
+  int silent;                /* nothing at all: another rank of the job prints */
   int tty;                   /* stdout is a terminal: rows rewrite a live bar */
   const char *resume_hint;   /* after a stop; NULL: "resume with --resume DIR" */
 } cf_cli_progress;

@@ -120,12 +120,17 @@ void cf_data_close(cf_data *d) {
 }
 
 void cf_data_batch(const cf_data *d, int split, uint64_t seed, uint64_t index, int B, int T, int *inputs, int *targets) {
+  cf_data_batch_rows(d, split, seed, index, 0, B, T, inputs, targets);
+}
+
+void cf_data_batch_rows(const cf_data *d, int split, uint64_t seed, uint64_t index, int first, int B, int T,
+                        int *inputs, int *targets) {
   const uint8_t *bytes = split == CF_SPLIT_VALID ? d->valid : d->train;
   size_t n = split == CF_SPLIT_VALID ? d->n_valid : d->n_train;
   uint64_t windows = n - (size_t)T;  /* start offsets 0 .. n-T-1 */
   for (int b = 0; b < B; b++) {
     /* key: (seed low, seed high ^ split), counter: (index low, index high, row, 0xda7a) */
-    uint32_t ctr[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)b, 0xda7au};
+    uint32_t ctr[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)(first + b), 0xda7au};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ (uint32_t)split * 0x9e3779b9u};
     uint32_t w[4];
     cf_philox4x32_10(ctr, key, w);

@@ -168,9 +168,12 @@ static cf_status linear_backward(cf_model *m, cf_mem dx, size_t w, size_t b, cf_
 }
 
 /* A mask per (seed, step, tensor); an accumulated step's micro-batches each draw their own (part
- * above the at most 8 * 1001 tensor ids), part 0 the masks a step without accumulation draws. */
+ * above the at most 8 * 1001 tensor ids), part 0 the masks a step without accumulation draws. The
+ * part is the global micro-batch number (cf_model_set_shard), so an example's masks do not depend on
+ * which rank computes it. */
 static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p) {
-  uint32_t id = (uint32_t)(layer + 1) * 8u + (uint32_t)which + ((uint32_t)m->part << 16);
+  uint32_t part = (uint32_t)(m->shard_first + m->part);
+  uint32_t id = (uint32_t)(layer + 1) * 8u + (uint32_t)which + (part << 16);
   cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, id};
   return d;
 }
@@ -378,11 +381,23 @@ cf_status cf_model_forward(cf_model *m, const int *inputs, const int *targets, u
   return cf_model_forward_part(m, inputs, targets, step, 0, 1, train);
 }
 
+cf_status cf_model_set_shard(cf_model *m, int first, int total) {
+  if (first < 0 || total < 0 || total > 65535 || (total && first >= total))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "shard from micro-batch %d of %d: needs 0 <= first < total <= 65535", first, total);
+  m->shard_first = first;
+  m->shard_total = total;
+  return CF_OK;
+}
+
 cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targets, uint32_t step, int part, int parts,
                                 int train) {
   int N = m->B * m->T, C = m->C, V = m->V;
   if (parts < 1 || part < 0 || part >= parts || parts > 65535)
     return CF_FAIL(CF_ERR_INVALID_ARG, "micro-batch %d of %d: needs 0 <= part < parts <= 65535", part, parts);
+  int total = m->shard_total ? m->shard_total : parts;  /* micro-batches of the step, over all ranks */
+  if (m->shard_first + parts > total)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "micro-batches %d .. %d of a step of %d", m->shard_first,
+                   m->shard_first + parts - 1, total);
   long bad = cf_embedding_check_tokens(inputs, (size_t)N, V);
   if (bad >= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "token %d at position %ld is outside the vocabulary [0, %d)", inputs[bad], bad, V);
   m->step = step;
@@ -407,7 +422,7 @@ cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targe
    * (over `parts` micro-batches of equal count: the step's mean is the mean of their means) */
   CF_TRY(cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
                                           cf_at(m->targets, 0), N, V, (float)m->mc.label_smoothing, -1,
-                                          1.0f / ((float)m->count * (float)parts)));
+                                          1.0f / ((float)m->count * (float)total)));
   return step_loss(m);
 }
 
@@ -456,6 +471,8 @@ cf_status cf_model_update(cf_model *m, float lr, int step) {
 }
 
 cf_status cf_model_add_loss(cf_model *m, cf_mem acc) { return cf_add_inplace(m->ctx, acc, cf_model_step_loss_at(m), 1); }
+cf_status cf_model_read_step_loss(cf_model *m, float *loss) { return cf_read(m->ctx, cf_model_step_loss_at(m), loss, 1); }
+cf_status cf_model_write_step_loss(cf_model *m, float loss) { return cf_write(m->ctx, cf_model_step_loss_at(m), &loss, 1); }
 cf_status cf_model_loss(cf_model *m, float *loss) { return cf_read(m->ctx, A(m->loss), loss, 1); }
 cf_status cf_model_read_global_grad_norm(cf_model *m, float *norm) { return cf_read(m->ctx, A(m->grad_norm), norm, 1); }
 

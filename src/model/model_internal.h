@@ -73,6 +73,7 @@ struct cf_model {
   size_t step_loss;        /* the mean loss of an accumulated step's parts (model.c) */
   int count;               /* targets that count for the loss in the last forward */
   int part, parts;         /* the last forward was micro-batch `part` of a step of `parts` */
+  int shard_first, shard_total; /* cf_model_set_shard: global micro-batch of part 0, of all ranks' (0: parts) */
   uint32_t step;           /* dropout key of the last forward */
   int train;
   cf_watch_reads watch;

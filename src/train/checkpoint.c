@@ -34,15 +34,16 @@ cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_s
   if (!f) { s = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   cf_config_write(cfg, f);
   fclose(f);
-  char step[32], best[64], best_step[32], wall[64], div[32];
+  char step[32], best[64], best_step[32], wall[64], div[32], world[32];
   snprintf(step, sizeof step, "%d", st->step);
   snprintf(best, sizeof best, "%.17g", st->best_valid);
   snprintf(best_step, sizeof best_step, "%d", st->best_step);
   snprintf(wall, sizeof wall, "%.3f", st->wall_s);
   snprintf(div, sizeof div, "%d", st->diverged_step);
+  snprintf(world, sizeof world, "%d", st->world_size > 0 ? st->world_size : 1);
   const char *meta[][2] = {{"format", FORMAT}, {"clformer_version", CLFORMER_VERSION}, {"config", yaml},
                            {"step", step}, {"best_valid", best}, {"best_step", best_step}, {"wall_s", wall},
-                           {"diverged_step", div}};
+                           {"diverged_step", div}, {"world_size", world}};
   s = cf_safetensors_write(path, t, nv + 2, meta, (int)(sizeof meta / sizeof meta[0]));
 done:
   free(yaml);
@@ -99,13 +100,15 @@ static long long stored_steps(const cf_st_file *f) {
 
 /* The training state in the metadata, every value checked for its type and range. */
 static cf_status read_state(const cf_st_file *f, const char *path, cf_train_state *st) {
-  long long step, best_step, div;
+  long long step, best_step, div, world = 1;
   double best, wall;
   long long max_step = stored_steps(f);
   CF_TRY(meta_int(f, path, "step", 0, max_step >= 0 ? max_step : MAX_STEP,
                   max_step >= 0 ? " (the stored config's train.steps)" : " (train.steps' largest value)", &step));
   CF_TRY(meta_int(f, path, "best_step", 0, step, " (the step)", &best_step));
   CF_TRY(meta_int(f, path, "diverged_step", 0, 0, ": checkpoints are written only at healthy steps", &div));
+  /* absent from checkpoints written before data parallelism: one process wrote them */
+  if (cf_safetensors_meta(f, "world_size")) CF_TRY(meta_int(f, path, "world_size", 1, 65535, "", &world));
   CF_TRY(meta_double(f, path, "best_valid", &best));
   if (isnan(best) || best == -INFINITY)
     return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'best_valid' is '%.40s', not a loss (a finite number, or inf for "
@@ -115,7 +118,7 @@ static cf_status read_state(const cf_st_file *f, const char *path, cf_train_stat
     return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'wall_s' is '%.40s', not a finite number of seconds >= 0", path,
                    cf_safetensors_meta(f, "wall_s"));
   *st = (cf_train_state){.step = (int)step, .best_valid = best, .best_step = (int)best_step, .wall_s = wall,
-                         .diverged_step = 0};
+                         .diverged_step = 0, .world_size = (int)world};
   return CF_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "clformer/runtime.h"
 #include "clformer/ops.h"
 #include "clformer/train.h"
+#include "clformer/dist.h"
 #include "runtime/runtime.h"
 #include "train/records.h"
 #include "train/rundir.h"
@@ -58,12 +59,46 @@ cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int 
 
 cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
                                    cf_mem loss_acc) {
+  return cf_train_step_shared(m, inputs, targets, parts, step, lr, loss_acc, NULL);
+}
+
+cf_status cf_grad_sync_init(cf_grad_sync *g, cf_model *m) {
+  memset(g, 0, sizeof *g);
+  g->floats = cf_model_flat_floats(m) + 1;
+  if (cf_dist_world()->size > 1 && !(g->host = malloc(g->floats * sizeof *g->host)))
+    return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  return CF_OK;
+}
+
+void cf_grad_sync_free(cf_grad_sync *g) {
+  free(g->host);
+  g->host = NULL;
+}
+
+/* Every rank's gradients summed (each already scaled to its share of the step: cf_model_set_shard)
+ * and its loss averaged, through the host in one fixed-order all-reduce; the device's gradients
+ * and step loss replaced by the world's, the same bits on every rank. */
+static cf_status sync_grads(cf_model *m, cf_grad_sync *g) {
+  double t0 = cf_now();
+  size_t n = g->floats - 1;
+  CF_TRY(cf_model_read(m, 1, g->host));
+  CF_TRY(cf_model_read_step_loss(m, &g->host[n]));
+  CF_TRY(cf_dist_allreduce_sum(g->host, g->floats, CF_DIST_BUCKET_FLOATS, &g->wait_s));
+  CF_TRY(cf_model_write(m, 1, g->host));
+  CF_TRY(cf_model_write_step_loss(m, g->host[n] * (1.0f / (float)cf_dist_world()->size)));
+  g->sync_s += cf_now() - t0;
+  return CF_OK;
+}
+
+cf_status cf_train_step_shared(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
+                               cf_mem loss_acc, cf_grad_sync *sync) {
   size_t n = (size_t)cf_model_batch(m) * (size_t)cf_model_seq_len(m);
   CF_TRY(cf_model_zero_grads(m));
   for (int k = 0; k < parts; k++) {
     CF_TRY(cf_model_forward_part(m, inputs + k * n, targets + k * n, (uint32_t)step, k, parts, 1));
     CF_TRY(cf_model_backward_add(m));
   }
+  if (sync && sync->host) CF_TRY(sync_grads(m, sync));
   CF_TRY(cf_model_global_grad_norm(m));
   CF_TRY(cf_model_watch(m, step, (float)cf_train_loss_limit(cf_model_vocab(m))));
   CF_TRY(cf_model_update(m, lr, step));
@@ -163,6 +198,11 @@ static cf_status resume_from(cf_model *m, const cf_config *cfg, const char *dir,
   free(saved_yaml);
   if (ps == CF_OK) ps = cf_config_validate(&saved);
   if (ps != CF_OK) return CF_FAIL(CF_ERR_CHECKPOINT, "%s: the config stored in it is unreadable", ckpt);
+  /* another world size may continue the run when it keeps the step's micro-batches (ranks x
+   * train.accumulate): the same global batches, masks and update */
+  int was = saved.train.accumulate * (ts->world_size > 0 ? ts->world_size : 1);
+  if (saved.train.accumulate != cfg->train.accumulate && was == cfg->train.accumulate * cf_dist_world()->size)
+    saved.train.accumulate = cfg->train.accumulate;
   CF_TRY(same_config(dir, &saved, cfg));
   *complete = ts->step == cfg->train.steps && !recorded_finished(dir);
   if (*complete) cf_log(1, "note: %s holds the run's last step (%d) but not its end: recorded as finished", dir, ts->step);
@@ -190,6 +230,8 @@ typedef struct run {
   int lock_fd;             /* the run directory's lock (rundir.h), -1 when not held */
   int from_checkpoint;     /* a resume that loads a checkpoint (not one restarting from step 0) */
   int complete;            /* the checkpoint is the last step's: only the run's end is left to record */
+  int writer;              /* rank 0 (or the only process): the one that writes the run directory */
+  cf_grad_sync sync;       /* the gradient all-reduce of a world of several ranks */
   cf_train_result *res;
 } run;
 
@@ -240,10 +282,11 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   now = cf_now();
   elapsed = r->wall0 + now - r->t_start;
   e.elapsed_s = elapsed;
-  e.tokens_per_s = (double)(step - r->last_row_step) * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len /
-                   (now - r->t_last);
+  e.tokens_per_s = (double)(step - r->last_row_step) * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len *
+                   cf_dist_world()->size / (now - r->t_last);
   e.eta_s = (now - r->t_start) / (step - r->start_step) * (double)(cfg->train.steps - step + r->opts->eta_extra_steps);
-  cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed});
+  if (r->metrics)
+    cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed});
   if (do_log || do_eval) emit(r, &e);
   r->res->tokens_per_s = e.tokens_per_s;
   r->last_row_step = step;
@@ -251,7 +294,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   if (do_ckpt) {
     r->ts.step = step;
     r->ts.wall_s = elapsed;
-    CF_TRY(cf_checkpoint_save(r->m, cfg, &r->ts, r->ckpt));
+    if (r->writer) CF_TRY(cf_checkpoint_save(r->m, cfg, &r->ts, r->ckpt));
   }
   return CF_OK;
 }
@@ -264,7 +307,7 @@ static cf_status nonfinite(run *r, const cf_divergence *bad) {
   float lr = (float)cf_config_lr(cfg, bad->step);
   r->ts.diverged_step = bad->step;
   r->res->final_train = bad->loss;
-  cf_metrics_append(r->metrics, &(cf_metrics_row){bad->step, lr, bad->loss, NAN, bad->grad_norm, NAN, elapsed});
+  if (r->metrics) cf_metrics_append(r->metrics, &(cf_metrics_row){bad->step, lr, bad->loss, NAN, bad->grad_norm, NAN, elapsed});
   cf_train_event e = {.kind = CF_TRAIN_DIVERGED, .step = bad->step, .lr = lr, .train_loss = bad->loss,
                       .valid_loss = NAN, .grad_norm = bad->grad_norm, .elapsed_s = elapsed,
                       .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0,
@@ -275,9 +318,11 @@ static cf_status nonfinite(run *r, const cf_divergence *bad) {
   return CF_OK;
 }
 
-static int stop_asked(const run *r) {
+/* Whether this run stops after the step: asked on any rank stops every rank (none is left waiting). */
+static cf_status stop_asked(const run *r, int *stop) {
   const cf_train_hooks *h = &r->opts->hooks;
-  return h->should_stop && h->should_stop(h->user);
+  *stop = h->should_stop && h->should_stop(h->user);
+  return cf_dist_any(stop);
 }
 
 /* The steps after r->ts.step up to train.steps, or until a divergence or a stop request. */
@@ -286,14 +331,16 @@ static cf_status loop(run *r) {
   int parts = cfg->train.accumulate, T = cfg->data.seq_len, steps = cfg->train.steps, ticks = r->opts->hooks.ticks;
   float zero = 0;
   CF_TRY(cf_write(r->ctx, cf_at(r->acc, 0), &zero, 1));
+  int rows = parts * cfg->data.batch_size, first = cf_dist_world()->rank * rows;
   for (int step = r->ts.step + 1; step <= steps; step++) {
-    /* the step's whole batch, parts x batch_size rows: the micro-batches are its slices, so a step
-     * sees the same sequences as one batch that large */
-    cf_data_batch(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), parts * cfg->data.batch_size, T, r->in,
-                  r->tg);
+    /* this rank's rows of the step's whole batch (world size x parts x batch_size rows): the
+     * micro-batches are its slices, so a step sees the same sequences as one batch that large,
+     * whatever the world size */
+    cf_data_batch_rows(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), first, rows, T, r->in, r->tg);
     float lr = (float)cf_config_lr(cfg, step);
-    CF_TRY(cf_train_step_accumulate(r->m, r->in, r->tg, parts, step, lr, cf_at(r->acc, 0)));
-    int stop = stop_asked(r);  /* asked once: the checkpoint and the exit must agree */
+    CF_TRY(cf_train_step_shared(r->m, r->in, r->tg, parts, step, lr, cf_at(r->acc, 0), &r->sync));
+    int stop;  /* asked once: the checkpoint and the exit must agree */
+    CF_TRY(stop_asked(r, &stop));
     int last = step == steps || stop;
     int do_log = step % cfg->train.log_every == 0 || last;
     int do_eval = (cfg->train.eval_every && step % cfg->train.eval_every == 0) || last;
@@ -338,15 +385,60 @@ static cf_status prepare(run *r) {
   if (!r->in || !r->tg) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, cfg->data.batch_size, cfg->data.seq_len, &r->m));
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
-  r->ts = (cf_train_state){0, INFINITY, 0, 0, 0};
-  if (r->from_checkpoint) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts, &r->complete));
+  const cf_world *w = cf_dist_world();
+  CF_TRY(cf_model_set_shard(r->m, w->rank * cfg->train.accumulate, w->size * cfg->train.accumulate));
+  CF_TRY(cf_grad_sync_init(&r->sync, r->m));
+  r->ts = (cf_train_state){0, INFINITY, 0, 0, 0, 0};
+  /* a resume: rank 0 reads the checkpoint and hands it to the others (share_state) */
+  if (r->from_checkpoint && r->writer) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts, &r->complete));
   else CF_TRY(cf_model_init(r->m, cfg->seed));
+  r->ts.world_size = w->size;  /* the checkpoints this session writes */
+  if (!r->writer) return CF_OK;
   char cfg_path[2100];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", r->dir);
   CF_TRY(write_text(cfg_path, cfg));
   if (!(r->metrics = cf_metrics_open(r->dir, r->ts.step)))
     return CF_FAIL(CF_ERR_IO, "cannot write %s/metrics.csv: %s", r->dir, strerror(errno));
   return CF_OK;
+}
+
+static cf_status open_run_dir(run *r);
+
+/* A resumed run's weights, moments and state from rank 0 to every other rank (no shared file
+ * system needed). */
+static cf_status share_state(run *r) {
+  if (cf_dist_world()->size == 1 || !r->from_checkpoint) return CF_OK;
+  size_t n = cf_model_flat_floats(r->m);
+  float *host = malloc(n * sizeof *host);
+  if (!host) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  cf_status st = cf_dist_bcast(&r->ts, sizeof r->ts, 0);
+  if (st == CF_OK) st = cf_dist_bcast(&r->complete, sizeof r->complete, 0);
+  for (int which = 0; which < 4 && st == CF_OK; which++) {
+    if (r->writer) st = cf_model_read(r->m, which, host);
+    if (st == CF_OK) st = cf_dist_bcast(host, n * sizeof *host, 0);
+    if (st == CF_OK && !r->writer) st = cf_model_write(r->m, which, host);
+  }
+  free(host);
+  return st;
+}
+
+/* Everything before the first step, on every rank: the data, the memory plan, the run directory
+ * (rank 0's alone), the model and its state. Failures are agreed (cf_dist_agree), so no rank is left
+ * waiting for one that stopped. */
+static cf_status start(run *r) {
+  const cf_config *cfg = r->cfg;
+  cf_status st = cf_data_open(&r->data, cfg);
+  /* a model the device cannot hold is refused before the run directory is touched */
+  cf_memory_plan plan;
+  if (st == CF_OK)
+    st = cf_model_plan(&cfg->model, &cfg->optim, cfg->data.batch_size, cfg->data.seq_len, cf_context_device(r->ctx),
+                       &plan);
+  if (st == CF_OK) st = cf_model_fits(&plan);
+  if (st == CF_OK && r->writer) st = open_run_dir(r);
+  CF_TRY(cf_dist_agree(st));
+  CF_TRY(cf_dist_bcast(&r->from_checkpoint, sizeof r->from_checkpoint, 0));
+  CF_TRY(cf_dist_agree(prepare(r)));
+  return share_state(r);
 }
 
 /* The run directory, created for a fresh run and locked for this one (another process holding it
@@ -371,21 +463,10 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   cf_train_options opts = opts_in ? *opts_in : (cf_train_options){0};
   memset(res, 0, sizeof *res);
   res->final_valid = res->final_train = NAN;
-  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res, .lock_fd = -1};
+  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res, .lock_fd = -1, .writer = cf_dist_world()->rank == 0};
   r.dir = opts.resume_dir ? opts.resume_dir : cfg->train.out;
   snprintf(r.ckpt, sizeof r.ckpt, "%s/checkpoint.safetensors", r.dir);
-  CF_TRY(cf_data_open(&r.data, cfg));
-  /* a model the device cannot hold is refused before the run directory is touched */
-  cf_memory_plan plan;
-  cf_status st = cf_model_plan(&cfg->model, &cfg->optim, cfg->data.batch_size, cfg->data.seq_len,
-                               cf_context_device(ctx), &plan);
-  if (st == CF_OK) st = cf_model_fits(&plan);
-  if (st != CF_OK) {
-    cf_data_close(&r.data);
-    return st;
-  }
-  st = open_run_dir(&r);
-  if (st == CF_OK) st = prepare(&r);
+  cf_status st = start(&r);
   if (st == CF_OK) {
     emit_started(&r);
     r.t_start = r.t_last = cf_now();
@@ -393,8 +474,9 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
     r.last_row_step = r.start_step = r.ts.step;
     if (!r.complete) st = loop(&r);
   }
-  if (st == CF_OK) st = record_end(&r);
+  if (st == CF_OK && r.writer) st = record_end(&r);
   res->state = r.ts;
+  cf_grad_sync_free(&r.sync);
   if (r.metrics) fclose(r.metrics);
   cf_buffer_free(r.acc);
   cf_model_free(r.m);

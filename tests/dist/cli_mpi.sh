@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun (clformer/dist.h), two ranks on this machine's devices (two
+# ranks may share one). Skipped (77) without mpirun, or a clformer built without MPI.
+#  - 2 ranks x batch 4 == 1 rank x batch 4 x accumulate 2, dropout on: the same micro-batches with the
+#    same masks (keyed by the global micro-batch), so losses and weights agree to 1e-6 (measured: bit
+#    for bit, as a + b is the same sum in both);
+#  - 2 ranks x batch 4 == 1 rank x batch 8, dropout off, SGD: the gradients are the same sums in
+#    another order (rank 0's half + rank 1's half vs one GEMM over all 8 rows), float32 rounding:
+#    losses and gradient norms to 2e-5 relative (metrics.csv's 6 digits), weights to 1e-5 of each
+#    tensor's largest value after 20 steps (measured 1.2e-6). SGD, not Adam: Adam divides by sqrt(v),
+#    so a gradient that is rounding noise moves its weight by up to lr either way;
+#  - only rank 0 writes the run directory; a 2-rank checkpoint resumes on 1 rank (accumulate 2) on
+#    the same curve;
+#  - kill -9 of one rank: mpirun ends non-zero within 30 s saying so, and the checkpoint resumes.
+bin=$1 src=$2
+source "$src/tests/lib/cli.sh"
+require_opencl
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+cd "$tmp" && require_corpus 300000 text.txt && tiny_config tiny.yaml
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { timeout 300 mpirun --oversubscribe -np 2 "$bin" "$@"; }
+out=$(mpi train tiny.yaml --set train.out=w2 --set train.log_every=1 2>&1); rc=$?
+[[ $rc -eq 0 ]] || { [[ "$out" == *"built without MPI"* ]] && { echo "SKIP: clformer built without MPI"; exit 77; }; }
+[[ $rc -eq 0 && "$out" == *"world: 2 ranks"*"rank 0: "*"device"*"rank 1: "*"device"* ]] \
+  && ok "2 ranks train; the header lists each rank's host and device" || bad "2 ranks: rc=$rc $out"
+[[ $(grep -c '^step 20/20' <<<"$out") -eq 1 ]] && ok "one rank prints progress" || bad "progress printed $(grep -c '^step 20/20' <<<"$out") times"
+files=$(cd w2 && ls -A | tr '\n' ' ')
+[[ "$files" == "checkpoint.safetensors config.yaml metrics.csv run.json run.lock " ]] \
+  && ok "the run directory holds one writer's files" || bad "run directory: $files"
+"$bin" train tiny.yaml --set train.out=a2 --set train.accumulate=2 --set train.log_every=1 --quiet
+same() {  # A B TOL: metrics.csv train_loss and grad_norm within TOL relative, all 20 rows
+  paste -d, <(cut -d, -f3,5 "$1/metrics.csv") <(cut -d, -f3,5 "$2/metrics.csv") | tail -n +2 | awk -F, -v t="$3" '
+    function off(a, b) { d = a - b; if (d < 0) d = -d; return d > t * (a < 0 ? -a : a) }
+    NF != 4 || off($1, $3) || off($2, $4) { bad = 1; print "  differs: " $0 } END { exit bad || NR != 20 }'
+}
+weights() {  # A B TOL: every tensor within TOL of its largest value
+  local d; d=$(python3 "$src/tests/dist/stdiff.py" "$1/checkpoint.safetensors" "$2/checkpoint.safetensors") || return 1
+  echo "  $1 vs $2: $d"
+  awk -v t="$3" '{ exit !($4 <= t) }' <<<"$d"
+}
+same a2 w2 1e-6 && weights a2 w2 1e-6 && ok "dropout on: 2 ranks x 4 == 1 rank x 4 x accumulate 2 (losses, norms, weights)" \
+  || bad "2 ranks vs accumulate 2 differ"
+S=(--set model.dropout=0 --set model.attn_dropout=0 --set optim.name=sgd --set optim.lr=0.1 --set train.log_every=1 --quiet)
+"$bin" train tiny.yaml --set train.out=s8 --set data.batch_size=8 "${S[@]}"
+mpi train tiny.yaml --set train.out=s2 "${S[@]}" 2>/dev/null
+same s8 s2 2e-5 && weights s8 s2 1e-5 && ok "2 ranks x batch 4 == 1 rank x batch 8 (SGD, no dropout) to float32 rounding" \
+  || bad "2 ranks vs batch 8 differ"
+# resume: 10 steps on 2 ranks, 10 more on 1 rank with accumulate 2 (the same 2 micro-batches a step)
+mpi train tiny.yaml --set train.out=r2 --set train.steps=10 --set train.log_every=1 --quiet 2>/dev/null
+"$bin" train --resume r2 --set train.steps=20 --set train.accumulate=2 --quiet
+same a2 r2 1e-6 && weights a2 r2 1e-6 && ok "a 2-rank checkpoint resumes on 1 rank on the same curve" || bad "resume on 1 rank"
+err=$("$bin" train --resume r2 --set train.steps=30 --set train.accumulate=1 2>&1); rc=$?
+[[ $rc -eq 2 && "$err" == *"train.accumulate"* ]] && ok "a resume with fewer micro-batches a step is refused" \
+  || bad "accumulate change: rc=$rc $err"
+# kill -9 of rank 1 in the middle: the job ends, non-zero, within 30 s, and the checkpoint resumes
+mpi train tiny.yaml --set train.out=k --set train.steps=100000 --set train.checkpoint_every=20 --set train.eval_every=0 \
+  --quiet >kill.log 2>&1 &
+job=$!
+for _ in $(seq 600); do [[ -s k/checkpoint.safetensors ]] && break; sleep 0.1; done
+victim=  # rank 1: a clformer working in this test's directory with OMPI_COMM_WORLD_RANK=1
+for p in $(pgrep -x clformer); do
+  [[ $(readlink "/proc/$p/cwd") == "$tmp" ]] && tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 \
+    && victim=$p
+done
+[[ -n $victim ]] || { bad "no rank 1 process found"; kill "$job"; exit 1; }
+t0=$(date +%s.%N)
+kill -9 "$victim"
+for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+wait "$job"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+log=$(cat kill.log)
+[[ $rc -ne 0 ]] && awk -v s="$secs" 'BEGIN { exit !(s < 30) }' && [[ "$log" == *"signal 9"* || "$log" == *"Killed"* ]] \
+  && ok "kill -9 of one rank: mpirun exits $rc after ${secs} s, saying so" || bad "kill: rc=$rc after ${secs} s: $log"
+ck=$(awk -F, 'NR > 1 && $1 % 20 == 0 { s = $1 } END { print s + 0 }' k/metrics.csv)
+out=$(mpi train --resume k --set train.steps=$((ck + 4)) 2>&1); rc=$?
+[[ $ck -gt 0 && $rc -eq 0 && "$out" == *"resuming after step $ck of $((ck + 4))"* && "$out" == *"done:"* ]] \
+  && ok "the killed job's checkpoint (step $ck) resumes" || bad "resume after kill (checkpoint $ck): rc=$rc $out"
+exit $fail
