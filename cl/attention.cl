@@ -302,6 +302,9 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
       if (!has_mask || km[j]) sum += exp((a[j] - m) * scale);
   sum = wg_sum(red, sum);
   float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  // The last pass writes entries that other items read above, and wg_sum's barriers fence only
+  // local memory: without a global fence that is a data race (Oclgrind reports it).
+  barrier(CLK_GLOBAL_MEM_FENCE);
 
   FOR_ROW_QUADS(row, T, j0) {
     float4 keep = (float4)(1.0f);
