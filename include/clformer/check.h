@@ -124,5 +124,8 @@ void cf_selftest_print(const cf_selftest *t, FILE *f);
 /* Run the self-test once per device, driver and kernel sources (the verdict is cached beside the
  * kernel binaries); CF_ERR_SELFTEST naming the failing ops when the device computes wrong. */
 cf_status cf_selftest_ensure(cf_context *ctx);
+/* Keep t's verdict where cf_selftest_ensure looks, when every op passed (a full run's table), so the
+ * next `train` on this device does not run the self-test again. */
+void cf_selftest_record(cf_context *ctx, const cf_selftest *t);
 
 #endif

@@ -32,6 +32,7 @@ int cmd_selftest(int argc, char **argv) {
   if (st != CF_OK)  /* the error is printed above: say that the run stopped, not that ops passed */
     printf("\nthe self-test stopped after %d ops (%d passed) on an error (%s)\n", t.n, t.n - bad, cf_status_str(st));
   else printf("\n%d of %d ops pass (%.1f s)\n", t.n - bad, t.n, cf_now() - t0);
+  if (st == CF_OK) cf_selftest_record(ctx, &t);  /* `train` need not run it again */
   cf_context_free(ctx);
   if (st != CF_OK) return 1;
   return bad ? 1 : 0;

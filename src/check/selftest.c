@@ -62,31 +62,53 @@ void cf_selftest_print(const cf_selftest *t, FILE *f) {
   }
 }
 
-cf_status cf_selftest_ensure(cf_context *ctx) {
+/* Where the verdict for this device, driver, clformer version and kernel sources is kept; 0 when
+ * nowhere (no cache directory, or kernels read from $CLFORMER_KERNEL_DIR, which may change). */
+static int verdict_path(cf_context *ctx, char *path, size_t n) {
   const cf_device_info *d = cf_context_device(ctx);
   unsigned long long h = CF_HASH_SEED;
   const char *parts[] = {d->name, d->driver_version, d->platform_version, d->device_version, CLFORMER_VERSION,
                          cf_program_defines(ctx)};
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) h = cf_hash64(h, parts[i], strlen(parts[i]) + 1);
-  int kdir = getenv("CLFORMER_KERNEL_DIR") != NULL;
-  for (const char *const *n = cf_program_names(); *n; n++) {
+  for (const char *const *name = cf_program_names(); *name; name++) {
     char *src;
-    if (cf_program_source(*n, &src) == CF_OK) { h = cf_hash64(h, src, strlen(src)); free(src); }
+    if (cf_program_source(*name, &src) == CF_OK) { h = cf_hash64(h, src, strlen(src)); free(src); }
   }
   const char *dir = cf_cache_dir();
-  char path[4200] = "";
-  if (dir && !kdir) {
-    snprintf(path, sizeof path, "%s/selftest-%016llx.txt", dir, h);
-    FILE *f = fopen(path, "r");
-    if (f) {
-      char line[16] = "";
-      int ok = fgets(line, sizeof line, f) && !strncmp(line, "pass", 4);
-      fclose(f);
-      if (ok) {
-        cf_cache_touch(path);
-        return CF_OK;
-      }
-    }
+  if (!dir || getenv("CLFORMER_KERNEL_DIR")) return 0;
+  snprintf(path, n, "%s/selftest-%016llx.txt", dir, h);
+  return 1;
+}
+
+static int verdict_passed(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[16] = "";
+  int ok = fgets(line, sizeof line, f) && !strncmp(line, "pass", 4);
+  fclose(f);
+  return ok;
+}
+
+void cf_selftest_record(cf_context *ctx, const cf_selftest *t) {
+  char path[4200];
+  if (cf_selftest_failures(t) || t->n == 0 || !verdict_path(ctx, path, sizeof path)) return;
+  const char *dir = cf_cache_dir();
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);  /* a cache that cannot be written costs the self-test's time next run, never this run */
+  cf_status st = cf_mkdirs_private(dir);
+  if (st == CF_OK) st = cf_write_file_atomic(path, "pass\n", 5);
+  cf_set_verbosity(v);
+  if (st == CF_OK) cf_cache_prune_default(dir);
+  else cf_log(1, "note: the self-test's verdict is not cached: %s", cf_last_error());
+  cf_clear_error();
+}
+
+cf_status cf_selftest_ensure(cf_context *ctx) {
+  const cf_device_info *d = cf_context_device(ctx);
+  char path[4200];
+  if (verdict_path(ctx, path, sizeof path) && verdict_passed(path)) {
+    cf_cache_touch(path);
+    return CF_OK;
   }
   cf_log(1, "running the kernel self-test on %s (once per device and driver)...", d->name);
   cf_selftest t;
@@ -99,14 +121,6 @@ cf_status cf_selftest_ensure(cf_context *ctx) {
     return CF_FAIL(CF_ERR_SELFTEST, "%s computes wrong results in: %s; refusing to train on it (see the table above, "
                    "and `clformer selftest`)", d->name, ops);
   }
-  if (!path[0]) return CF_OK;
-  int v = cf_verbosity();
-  cf_set_verbosity(-1);  /* a cache that cannot be written costs the self-test's time next run, never this run */
-  cf_status st = cf_mkdirs_private(dir);
-  if (st == CF_OK) st = cf_write_file_atomic(path, "pass\n", 5);
-  cf_set_verbosity(v);
-  if (st == CF_OK) cf_cache_prune_default(dir);
-  else cf_log(1, "note: the self-test's verdict is not cached: %s", cf_last_error());
-  cf_clear_error();
+  cf_selftest_record(ctx, &t);
   return CF_OK;
 }

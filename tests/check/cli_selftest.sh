@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `clformer selftest` passes on a working device, and a device that computes wrong (simulated by
-# kernels with a skewed exp, via CLFORMER_KERNEL_DIR) fails it, and `train` refuses that device.
+# kernels with a skewed exp, via CLFORMER_KERNEL_DIR) fails it, and `train` refuses that device; a
+# pass is recorded, so `train` does not run the self-test again.
 bin=$1; src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
@@ -23,4 +24,9 @@ head -c 100000 "$src/build/data/kjv.txt" > "$tmp/t.txt" 2>/dev/null || echo x > 
 printf 'data: {train: t.txt, seq_len: 16, batch_size: 2}\nmodel: {layers: 1, d_model: 16, heads: 2, d_ff: 16}\ntrain: {steps: 2, out: %s/run}\n' "$tmp" > "$tmp/c.yaml"
 err=$(CLFORMER_KERNEL_DIR="$tmp/cl" CLFORMER_CACHE_DIR="$tmp/cache" "$bin" train "$tmp/c.yaml" 2>&1); rc=$?
 if [[ $rc -eq 1 && "$err" == *"computes wrong results"* && ! -e "$tmp/run" ]]; then echo "ok   train refuses a failing device, creates nothing"; else echo "FAIL train on failing device: rc=$rc $err"; fail=1; fi
+# a passing `selftest` is remembered: `train` on the same device (and a fresh cache) does not run it again
+out=$(CLFORMER_CACHE_DIR="$tmp/cache2" "$bin" selftest 2>&1); rc=$?
+err=$(CLFORMER_CACHE_DIR="$tmp/cache2" "$bin" train "$tmp/c.yaml" --set train.out="$tmp/run2" 2>&1); rc2=$?
+if [[ $rc -eq 0 && $rc2 -eq 0 && "$err" != *"running the kernel self-test"* ]] && ls "$tmp"/cache2/selftest-*.txt >/dev/null 2>&1
+then echo "ok   a passing selftest is recorded: train does not run it again"; else echo "FAIL selftest not recorded: rc=$rc/$rc2 $err"; fail=1; fi
 exit $fail
