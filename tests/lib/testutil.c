@@ -129,3 +129,18 @@ void test_check_same(const char *what, cf_context *ctx, cf_mem m, const float *f
   TEST_ASSERT(memcmp(again, first, n * sizeof *first) == 0, "%s: rerun is not bit-identical", what);
   free(again);
 }
+
+void test_model_config(cf_config *c, int layers, int d_model, int heads, int d_ff) {
+  cf_config_defaults(c);
+  snprintf(c->data.train, sizeof c->data.train, "unused");
+  c->model.layers = layers;
+  c->model.d_model = d_model;
+  c->model.heads = heads;
+  c->model.d_ff = d_ff;
+}
+
+void test_validate(cf_config *c) {
+  if (cf_config_validate(c) == CF_OK) return;
+  fprintf(stderr, "FAIL the test's config: %s\n", cf_last_error());
+  exit(1);
+}

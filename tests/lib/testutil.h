@@ -13,6 +13,11 @@
  * platform is installed, 1 on any other failure. */
 cf_context *test_context(void);
 
+/* The defaults with a model of these sizes and no data file ("unused": the model tests feed their
+ * own batches); set what else the test needs, then validate with test_validate. */
+void test_model_config(cf_config *c, int layers, int d_model, int heads, int d_ff);
+void test_validate(cf_config *c);  /* exits 1 on a config the validator refuses */
+
 /* Deterministic generator (splitmix64) so every run sees the same "fresh" inputs per seed. */
 typedef struct { unsigned long long s; } test_rng;
 test_rng test_rng_seed(unsigned long long seed);

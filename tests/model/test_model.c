@@ -6,19 +6,14 @@
 #include "testutil.h"
 
 static void tiny_config(cf_config *c, int norm, int tie, int learned_pos) {
-  cf_config_defaults(c);
-  snprintf(c->data.train, sizeof c->data.train, "unused");
+  test_model_config(c, 2, 16, 2, 24);
   c->model.norm = norm;
-  c->model.layers = 2;
-  c->model.d_model = 16;
-  c->model.heads = 2;
-  c->model.d_ff = 24;
   c->model.activation = 1;  /* gelu: smooth, so finite differences are clean */
   c->model.tie_embeddings = tie;
   c->model.positions = learned_pos ? CF_POS_LEARNED : CF_POS_SINUSOIDAL;
   c->model.label_smoothing = 0.1;
   c->optim.lr = 3e-3;
-  if (cf_config_validate(c) != CF_OK) exit(1);
+  test_validate(c);
 }
 
 static float loss_of(cf_model *m, const int *in, const int *tg) {

@@ -12,17 +12,12 @@
 
 static cf_config config(int layers, int d, int ff, int B, int T, cf_optimizer opt, int tie) {
   cf_config c;
-  cf_config_defaults(&c);
-  snprintf(c.data.train, sizeof c.data.train, "unused");
-  c.model.layers = layers;
-  c.model.d_model = d;
-  c.model.heads = 4;
-  c.model.d_ff = ff;
+  test_model_config(&c, layers, d, 4, ff);
   c.model.tie_embeddings = tie;
   c.optim.name = opt;
   c.data.batch_size = B;
   c.data.seq_len = T;
-  if (cf_config_validate(&c) != CF_OK) exit(1);
+  test_validate(&c);
   return c;
 }
 

@@ -21,13 +21,8 @@ static const char *python(void) {
 static void check(cf_context *ctx, const char *py, const char *dir, int norm, int act, int tie, int learned, int scale,
                   double smoothing) {
   cf_config c;
-  cf_config_defaults(&c);
-  snprintf(c.data.train, sizeof c.data.train, "unused");
+  test_model_config(&c, 2, 24, 3, 40);
   c.model.norm = norm;
-  c.model.layers = 2;
-  c.model.d_model = 24;
-  c.model.heads = 3;
-  c.model.d_ff = 40;
   c.model.activation = act;
   c.model.tie_embeddings = tie;
   c.model.positions = learned ? CF_POS_LEARNED : CF_POS_SINUSOIDAL;

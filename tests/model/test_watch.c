@@ -11,14 +11,9 @@ enum { B = 2, T = 5 };
 
 static cf_model *tiny_model(cf_context *ctx, int tie) {
   cf_config c;
-  cf_config_defaults(&c);
-  snprintf(c.data.train, sizeof c.data.train, "unused");
-  c.model.layers = 2;
-  c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.d_ff = 24;
+  test_model_config(&c, 2, 16, 2, 24);
   c.model.tie_embeddings = tie;
-  if (cf_config_validate(&c) != CF_OK) exit(1);
+  test_validate(&c);
   cf_model *m;
   TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
   TEST_OK(cf_model_init(m, 3));

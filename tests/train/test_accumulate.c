@@ -19,19 +19,14 @@ enum { B = 8, T = 16, STEPS = 8 };
 
 static cf_model *model_with(cf_context *ctx, int batch, double dropout, cf_optimizer opt) {
   cf_config c;
-  cf_config_defaults(&c);
-  snprintf(c.data.train, sizeof c.data.train, "unused");
+  test_model_config(&c, 2, 32, 2, 64);
   c.model.norm = CF_NORM_POST;
-  c.model.layers = 2;
-  c.model.d_model = 32;
-  c.model.heads = 2;
-  c.model.d_ff = 64;
   c.model.dropout = dropout;
   c.model.attn_dropout = dropout;
   c.optim.lr = 3e-3;
   c.optim.clip_norm = 1.0;  /* the clipping reads the accumulated gradient's norm */
   c.optim.name = opt;
-  if (cf_config_validate(&c) != CF_OK) exit(1);
+  test_validate(&c);
   cf_model *m;
   TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, batch, T, &m));
   TEST_OK(cf_model_init(m, 11));
