@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libyaml-dev libjansson-dev clinfo
-          bible-kjv clblast-utils libopenblas0 mesa-opencl-icd oclgrind libopenmpi-dev openmpi-bin "$@")
+          bible-kjv clblast-utils libopenblas0 mesa-opencl-icd oclgrind libopenmpi-dev openmpi-bin libpcre2-dev diatheke sword-text-kjv sword-text-sparv "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -53,4 +53,35 @@ cf_status cf_gradnorm(const cf_gradnorm_options *opts);
  * summary line and the resolved base config to report (NULL: nothing). */
 cf_status cf_gradnorm_check(const char *path, char **sets, int nsets, FILE *report);
 
+/* Corpus BLEU exactly as sacreBLEU 2.x computes it by default (BLEU(): 13a tokenization, 4-grams,
+ * brevity penalty against the closest reference length, 'exp' smoothing, mixed case), also with
+ * tokenize none and intl and smoothing none. Add sentence pairs, then score (bleu.c, bleu_tokenize.c). */
+typedef enum cf_bleu_tok { CF_BLEU_13A, CF_BLEU_NONE, CF_BLEU_INTL } cf_bleu_tok;
+typedef enum cf_bleu_smooth { CF_BLEU_SMOOTH_EXP, CF_BLEU_SMOOTH_NONE } cf_bleu_smooth;
+typedef struct cf_bleu cf_bleu;
+typedef struct cf_bleu_score {
+  double bleu;                     /* 0..100 */
+  double precisions[4];            /* 0..100, as sacreBLEU reports them (smoothed ones included) */
+  double bp, ratio;                /* brevity penalty; hyp_len / ref_len (0 when ref_len is 0) */
+  long long hyp_len, ref_len;      /* tokens; ref_len sums each sentence's closest reference length */
+  long long counts[4], totals[4];  /* clipped n-gram matches and hypothesis n-grams, n = 1..4 */
+} cf_bleu_score;
+
+/* "13a", "none", "intl" <-> cf_bleu_tok; parse returns 0 for an unknown name. */
+const char *cf_bleu_tok_name(cf_bleu_tok tok);
+int cf_bleu_tok_parse(const char *name, cf_bleu_tok *tok);
+cf_status cf_bleu_create(cf_bleu_tok tok, cf_bleu **out);
+void cf_bleu_free(cf_bleu *b);
+/* One hypothesis and its nrefs (>= 1) references, each one segment of UTF-8 text; text that is not
+ * UTF-8 is CF_ERR_DATA, reported, and adds nothing. */
+cf_status cf_bleu_add(cf_bleu *b, const char *hyp, const char *const *refs, int nrefs);
+cf_bleu_score cf_bleu_result(const cf_bleu *b, cf_bleu_smooth smooth);
+/* sacreBLEU's line "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)"
+ * and its signature "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp" (without sacreBLEU's version). */
+void cf_bleu_format(const cf_bleu_score *s, char *buf, size_t size);
+void cf_bleu_signature(const cf_bleu *b, cf_bleu_smooth smooth, char *buf, size_t size);
+/* The tokenized segment as sacreBLEU's tokenizer returns it (tokens joined by one space), malloc'd
+ * into *out; CF_ERR_DATA for text that is not UTF-8. */
+cf_status cf_bleu_tokenize(cf_bleu_tok tok, const char *text, char **out);
+
 #endif

@@ -38,6 +38,7 @@ static const struct {
     {"selftest", cmd_selftest, "check every kernel on a device against double-precision references"},
     {"bench", cmd_bench, "measure GEMM, kernels and a training step on a device (JSON to compare devices)"},
     {"tune", cmd_tune, "find fast GEMM settings for a device; stored per device and driver, applied by every run"},
+    {"bleu", cmd_bleu, "corpus BLEU of hypotheses (stdin) against reference files, as sacreBLEU computes it"},
 };
 
 static void print_usage(FILE *f) {
