@@ -11,6 +11,16 @@ static cf_status check_dims(int B, int T, int C, int V) {
   return CF_OK;
 }
 
+/* Work-groups of (channels, positions) for the per-(c, t) kernels: up to 64 x 4, within the
+ * device's work-group limit (Oclgrind's can be 64). */
+static void channel_groups(const cf_context *ctx, int C, size_t local[2]) {
+  size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4), ly = 4, cap = cf_context_wg(ctx);
+  while (lx * ly > cap && ly > 1) ly /= 2;
+  while (lx * ly > cap && lx > 1) lx /= 2;
+  local[0] = lx;
+  local[1] = ly;
+}
+
 cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_mem wte, cf_mem wpe, int B, int T,
                                int C, int V, float token_scale) {
   CF_TRY(check_dims(B, T, C, V));
@@ -19,8 +29,8 @@ cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_me
   CF_ARG_MEMS(&L, out, tokens, wte, wpe);  /* a NULL buffer is a valid (unused) argument when positions are sinusoidal */
   CF_ARG_INTS(&L, wpe.buf != NULL, B, T, C, V);
   cf_arg_float(&L, token_scale);
-  size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4);
-  size_t global[2] = {(size_t)C, (size_t)T}, local[2] = {lx, 4};
+  size_t global[2] = {(size_t)C, (size_t)T}, local[2];
+  channel_groups(ctx, C, local);
   return cf_launch_run(&L, 2, global, local);
 }
 
@@ -76,8 +86,8 @@ cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_me
   cf_arg_mem(&L, dwpe);
   cf_arg_mem(&L, dout);
   CF_ARG_INTS(&L, B, T, C);
-  size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4);
-  size_t g2[2] = {(size_t)C, (size_t)T}, l2[2] = {lx, 4};
+  size_t g2[2] = {(size_t)C, (size_t)T}, l2[2];
+  channel_groups(ctx, C, l2);
   return cf_launch_run(&L, 2, g2, l2);
 }
 
