@@ -49,11 +49,6 @@ typedef struct calib_state {
 } calib_state;
 static const char calib_key;  /* its address names the context's slot */
 
-static void calib_free(cf_context *ctx, void *state) {
-  (void)ctx;
-  free(state);
-}
-
 /* ---------- classes ---------- */
 
 static int form_of(int ta, int tb) { return ta ? 2 : tb ? 1 : 0; }
@@ -277,16 +272,7 @@ static cf_status measure_class(cf_context *ctx, int c, calib_entry *e) {
 /* ---------- the context's verdicts ---------- */
 
 static cf_status state_of(cf_context *ctx, calib_state **out) {
-  if ((*out = cf_context_ext(ctx, &calib_key))) return CF_OK;
-  calib_state *s = calloc(1, sizeof *s);
-  if (!s) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  cf_status st = cf_context_ext_set(ctx, &calib_key, s, calib_free);
-  if (st != CF_OK) {
-    free(s);
-    return st;
-  }
-  *out = s;
-  return CF_OK;
+  return cf_context_ext_zeroed(ctx, &calib_key, sizeof **out, (void **)out);
 }
 
 /* Verdicts the file holds that the context lacks; the file's state as file_load says. */

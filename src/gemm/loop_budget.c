@@ -14,22 +14,8 @@ typedef struct loop_state {
 } loop_state;
 static const char loop_key;  /* its address names the slot */
 
-static void loop_free(cf_context *ctx, void *state) {
-  (void)ctx;
-  free(state);
-}
-
 static cf_status loop_state_get(cf_context *ctx, loop_state **out) {
-  if ((*out = cf_context_ext(ctx, &loop_key))) return CF_OK;
-  loop_state *s = calloc(1, sizeof *s);
-  if (!s) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  cf_status st = cf_context_ext_set(ctx, &loop_key, s, loop_free);
-  if (st != CF_OK) {
-    free(s);
-    return st;
-  }
-  *out = s;
-  return CF_OK;
+  return cf_context_ext_zeroed(ctx, &loop_key, sizeof **out, (void **)out);
 }
 
 /* The trips the one item of gemm_loop_probe made of PROBE_TRIPS. */

@@ -336,6 +336,24 @@ cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_c
     }
   return CF_FAIL(CF_ERR_INVALID_ARG, "all %d context extension slots are taken", CF_CONTEXT_EXT_SLOTS);
 }
+static void free_state(cf_context *ctx, void *state) {
+  (void)ctx;
+  free(state);
+}
+
+cf_status cf_context_ext_zeroed(cf_context *ctx, const void *key, size_t bytes, void **out) {
+  if ((*out = cf_context_ext(ctx, key))) return CF_OK;
+  void *s = calloc(1, bytes);
+  if (!s) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  cf_status st = cf_context_ext_set(ctx, key, s, free_state);
+  if (st != CF_OK) {
+    free(s);
+    return st;
+  }
+  *out = s;
+  return CF_OK;
+}
+
 cl_context cf_context_cl(const cf_context *ctx) { return ctx->cl; }
 cl_command_queue cf_context_queue(const cf_context *ctx) { return ctx->queue; }
 size_t cf_context_wg(const cf_context *ctx) { return ctx->wg; }

@@ -45,6 +45,9 @@ struct cf_context {
 void *cf_context_ext(const cf_context *ctx, const void *key);
 /* Store state under key (replacing none: one slot per key); free_fn runs at cf_context_free. */
 cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_context_ext_free_fn free_fn);
+/* The state under key, made on first use: `bytes` zeroed bytes, released with free() with the
+ * context (for state that holds no resources of its own). */
+cf_status cf_context_ext_zeroed(cf_context *ctx, const void *key, size_t bytes, void **out);
 
 /* Cache housekeeping (src/runtime/cache.c): mark an entry used (a hit), and prune with the default limits
  * (after a write). */
