@@ -62,6 +62,19 @@ int main(int argc, char **argv) {
   return rc;
 }
 
+/* Under mpirun only `train` runs data-parallel; any other command would run once per rank, each
+ * writing the same files or timing against the others, so every rank refuses it (agreed, so the job
+ * ends with exit 2 rather than an abort) and rank 0 says why. */
+static int one_process_only(const char *cmd) {
+  const cf_world *w = cf_dist_world();
+  if (w->size <= 1 || !strcmp(cmd, "train")) return 0;
+  if (w->rank == 0)
+    fprintf(stderr, "clformer %s: runs as one process; under mpirun (%d ranks) only `train` runs data-parallel\n", cmd,
+            w->size);
+  cf_dist_agree(CF_ERR_CONFIG);
+  return 1;
+}
+
 static int dispatch(int argc, char **argv) {
   if (argc < 2 || cf_arg_is(argv[1], "--help", "-h") || !strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);
@@ -72,7 +85,7 @@ static int dispatch(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name)) return one_process_only(argv[1]) ? 2 : commands[i].run(argc - 1, argv + 1);
   fprintf(stderr, "clformer: unknown command '%s'\n\n", argv[1]);
   print_usage(stderr);
   return 2;

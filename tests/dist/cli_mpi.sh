@@ -11,7 +11,8 @@
 #    so a gradient that is rounding noise moves its weight by up to lr either way;
 #  - only rank 0 writes the run directory; a 2-rank checkpoint resumes on 1 rank (accumulate 2) on
 #    the same curve;
-#  - kill -9 of one rank: mpirun ends non-zero within 30 s saying so, and the checkpoint resumes.
+#  - kill -9 of one rank: mpirun ends non-zero within 30 s saying so, and the checkpoint resumes;
+#  - any other command (compare here) is refused under mpirun, said once.
 bin=$1 src=$2
 source "$src/tests/lib/cli.sh"
 require_opencl
@@ -75,4 +76,8 @@ ck=$(awk -F, 'NR > 1 && $1 % 20 == 0 { s = $1 } END { print s + 0 }' k/metrics.c
 out=$(mpi train --resume k --set train.steps=$((ck + 4)) 2>&1); rc=$?
 [[ $ck -gt 0 && $rc -eq 0 && "$out" == *"resuming after step $ck of $((ck + 4))"* && "$out" == *"done:"* ]] \
   && ok "the killed job's checkpoint (step $ck) resumes" || bad "resume after kill (checkpoint $ck): rc=$rc $out"
+# every other command runs as one process: refused under mpirun, said once, nothing written
+out=$(mpi compare tiny.yaml --out cmp 2>&1); rc=$?
+[[ $rc -ne 0 && $(grep -c "runs as one process; under mpirun (2 ranks) only \`train\`" <<<"$out") -eq 1 && ! -e cmp ]] \
+  && ok "compare under mpirun is refused, said once, nothing written" || bad "compare under mpirun: rc=$rc $out"
 exit $fail
