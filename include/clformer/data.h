@@ -45,4 +45,49 @@ void cf_data_batch_rows(const cf_data *d, int split, uint64_t seed, uint64_t ind
 /* Byte-level tokenizer: text <-> token ids (identity on bytes). */
 size_t cf_tokenize(const char *text, int *tokens, size_t max_tokens);
 
+/* ---- Byte-pair encoding (src/data/bpe*.c): a subword vocabulary shared by both languages ----
+ * Ids: 0 pad, 1 bos, 2 eos (the special ids), 3 .. 258 the bytes 0 .. 255 (so any text, UTF-8 or
+ * not, encodes without an unknown id and decodes back to the same bytes), then one id per merge:
+ * merge k joins two earlier ids into id 259 + k. Text is cut into chunks first (runs of letters,
+ * digits or other symbols with the space before them, runs of white space) and no merge crosses a
+ * chunk, so a word's pieces do not depend on its neighbours. */
+enum { CF_BPE_PAD = 0, CF_BPE_BOS = 1, CF_BPE_EOS = 2, CF_BPE_BYTE0 = 3, CF_BPE_FIRST_MERGE = 259 };
+typedef struct cf_bpe cf_bpe;
+
+typedef struct cf_bpe_learn_stats {
+  size_t bytes, chunks, distinct_chunks;  /* of the training text */
+  int merges;                             /* learned; fewer than asked when no pair occurs twice */
+  long long last_count;                   /* occurrences of the last merge's pair */
+} cf_bpe_learn_stats;
+
+/* Learns merges from texts[0..n_texts) (lens[i] bytes each, any bytes) until the vocabulary has
+ * vocab_size ids (at least CF_BPE_FIRST_MERGE) or no pair of ids occurs twice. Each step joins the
+ * most frequent adjacent pair (ties: the smallest left id, then right id). stats may be NULL. */
+cf_status cf_bpe_learn(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, cf_bpe **out,
+                       cf_bpe_learn_stats *stats);
+void cf_bpe_free(cf_bpe *b);  /* NULL: no-op */
+int cf_bpe_vocab_size(const cf_bpe *b);
+int cf_bpe_merges(const cf_bpe *b);
+/* Merge k's two ids (0 <= k < cf_bpe_merges(b)). */
+void cf_bpe_merge_pair(const cf_bpe *b, int k, int *left, int *right);
+/* The bytes id stands for (none for a special id); NULL for an id outside the vocabulary. */
+const uint8_t *cf_bpe_piece(const cf_bpe *b, int id, size_t *len);
+
+/* The ids of text[0..len) into ids, which must have room for len ids (at most one per byte);
+ * returns how many. Merges apply in the order they were learned, as learning applied them. */
+size_t cf_bpe_encode(const cf_bpe *b, const void *text, size_t len, int *ids);
+/* The text of ids[0..n) (special ids add nothing), malloc'd and NUL-terminated, *len bytes;
+ * CF_ERR_DATA naming the position of an id outside the vocabulary. */
+cf_status cf_bpe_decode(const cf_bpe *b, const int *ids, size_t n, char **text, size_t *len);
+
+/* The merges file, written beside a checkpoint (text, one merge a line; README "Subword tokenizer"):
+ *   clformer-bpe 1          the format and its version
+ *   merges N
+ *   LEFT RIGHT              N lines: merge k's ids, in decimal; line k + 3 defines id 259 + k
+ *   end HASH                FNV-1a 64 of every byte before this line, 16 lowercase hex digits
+ * Saved atomically. A load refuses anything else (another version, a truncated or corrupt file, an
+ * id not yet defined, a special id, a repeated merge) with CF_ERR_DATA naming the file and line. */
+cf_status cf_bpe_save(const cf_bpe *b, const char *path);
+cf_status cf_bpe_load(const char *path, cf_bpe **out);
+
 #endif

@@ -39,6 +39,7 @@ static const struct {
     {"bench", cmd_bench, "measure GEMM, kernels and a training step on a device (JSON to compare devices)"},
     {"tune", cmd_tune, "find fast GEMM settings for a device; stored per device and driver, applied by every run"},
     {"bleu", cmd_bleu, "corpus BLEU of hypotheses (stdin) against reference files, as sacreBLEU computes it"},
+    {"bpe", cmd_bpe, "byte-pair encoding: learn a subword vocabulary from text, encode text to ids, decode"},
 };
 
 static void print_usage(FILE *f) {
