@@ -90,4 +90,48 @@ cf_status cf_bpe_decode(const cf_bpe *b, const int *ids, size_t n, char **text, 
 cf_status cf_bpe_save(const cf_bpe *b, const char *path);
 cf_status cf_bpe_load(const char *path, cf_bpe **out);
 
+/* ---- Translation pairs (src/data/pairs*.c): two aligned files, one sentence a line, in batches of
+ * similar-length pairs bounded by a token budget (fairseq's max_tokens) ---- */
+typedef struct cf_pairs cf_pairs;
+
+/* Reads src_path and tgt_path (regular files; line k of one translates line k of the other; a last
+ * line without '\n' counts) and encodes every line with b. Files with different line counts are
+ * refused (CF_ERR_DATA naming both counts). A pair whose source or target has more than max_len
+ * tokens, eos included, is left out and counted (max_len 0: none is). */
+cf_status cf_pairs_open(const cf_bpe *b, const char *src_path, const char *tgt_path, int max_len, cf_pairs **out);
+void cf_pairs_free(cf_pairs *p);  /* NULL: no-op */
+size_t cf_pairs_count(const cf_pairs *p);     /* pairs kept */
+size_t cf_pairs_left_out(const cf_pairs *p);  /* pairs longer than max_len */
+/* Pair i's source and target ids (no bos or eos), and the line of the files it came from (from 1). */
+const int *cf_pairs_source(const cf_pairs *p, size_t i, int *n);
+const int *cf_pairs_target(const cf_pairs *p, size_t i, int *n);
+size_t cf_pairs_line(const cf_pairs *p, size_t i);
+
+/* One epoch's batches: batch k holds pairs order[start[k] .. start[k + 1]). */
+typedef struct cf_pair_epoch {
+  size_t n_batches, n_pairs;
+  size_t *order, *start;
+  int max_tokens;
+} cf_pair_epoch;
+/* Epoch `epoch` of the pairs under `seed`: pairs sorted by source length, then target length (eos
+ * included; ties in an order drawn from (seed, epoch)), cut greedily into batches whose padded size
+ * B x max(S, T) is at most max_tokens, and the batches shuffled by (seed, epoch). Every pair is in
+ * exactly one batch. CF_ERR_DATA when the longest pair alone exceeds max_tokens. */
+cf_status cf_pairs_epoch(const cf_pairs *p, uint64_t seed, uint64_t epoch, int max_tokens, cf_pair_epoch *e);
+void cf_pair_epoch_free(cf_pair_epoch *e);
+
+typedef struct cf_pair_batch {
+  int B, S, T;    /* pairs; source and target lengths, padded to the batch's longest */
+  int *src;       /* (B, S) the source's ids, eos, then pad */
+  int *src_len;   /* (B) source tokens, eos included: the keys the padding mask lets through */
+  int *tgt_in;    /* (B, T) bos, the target's ids, then pad: the decoder's input */
+  int *tgt_out;   /* (B, T) the target's ids, eos, then pad: what the decoder predicts (pad: no loss) */
+  int *tgt_len;   /* (B) target tokens, eos included */
+  size_t *pair;   /* (B) which pairs, for cf_pairs_line */
+  size_t cap;     /* of the arrays, in tokens */
+} cf_pair_batch;
+/* Batch k of epoch e into b: start from a zeroed b; its arrays are reused and grown as needed. */
+cf_status cf_pairs_batch(const cf_pairs *p, const cf_pair_epoch *e, size_t k, cf_pair_batch *b);
+void cf_pair_batch_free(cf_pair_batch *b);
+
 #endif
