@@ -52,6 +52,7 @@ size_t cf_tokenize(const char *text, int *tokens, size_t max_tokens);
  * digits or other symbols with the space before them, runs of white space) and no merge crosses a
  * chunk, so a word's pieces do not depend on its neighbours. */
 enum { CF_BPE_PAD = 0, CF_BPE_BOS = 1, CF_BPE_EOS = 2, CF_BPE_BYTE0 = 3, CF_BPE_FIRST_MERGE = 259 };
+enum { CF_BPE_MAX_VOCAB = CF_BPE_FIRST_MERGE + (1 << 20) };  /* a million merges: far past any use */
 typedef struct cf_bpe cf_bpe;
 
 typedef struct cf_bpe_learn_stats {
@@ -61,7 +62,7 @@ typedef struct cf_bpe_learn_stats {
 } cf_bpe_learn_stats;
 
 /* Learns merges from texts[0..n_texts) (lens[i] bytes each, any bytes) until the vocabulary has
- * vocab_size ids (at least CF_BPE_FIRST_MERGE) or no pair of ids occurs twice. Each step joins the
+ * vocab_size ids (CF_BPE_FIRST_MERGE to CF_BPE_MAX_VOCAB) or no pair of ids occurs twice. Each step joins the
  * most frequent adjacent pair (ties: the smallest left id, then right id). stats may be NULL. */
 cf_status cf_bpe_learn(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, cf_bpe **out,
                        cf_bpe_learn_stats *stats);

@@ -40,9 +40,9 @@ static int parse_args(int argc, char **argv, bpe_args *a) {
     long n;
     if (cf_arg_is(s, "--help", "-h")) { fputs(usage, stdout); return -1; }
     else if (cf_arg_is(s, "--vocab", NULL) && v) {
-      if (!cf_parse_long(argv[++i], 259, 259 + (1 << 20), &n)) {
-        fprintf(stderr, "clformer bpe: --vocab '%s' is not valid: an integer from 259 (no merges) to %d\n", v,
-                259 + (1 << 20));
+      if (!cf_parse_long(argv[++i], CF_BPE_FIRST_MERGE, CF_BPE_MAX_VOCAB, &n)) {
+        fprintf(stderr, "clformer bpe: --vocab '%s' is not valid: an integer from %d (no merges) to %d\n", v,
+                CF_BPE_FIRST_MERGE, CF_BPE_MAX_VOCAB);
         return 2;
       }
       a->vocab = (int)n;

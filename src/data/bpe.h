@@ -28,8 +28,8 @@ typedef enum {
   BPE_MERGE_NO_MEMORY
 } bpe_merge_check;
 
-/* The most merges a vocabulary holds (learned or loaded): a million ids is far past any use. */
-enum { BPE_MAX_MERGES = 1 << 20 };
+/* The most merges a vocabulary holds, learned or loaded. */
+enum { BPE_MAX_MERGES = CF_BPE_MAX_VOCAB - CF_BPE_FIRST_MERGE };
 
 /* An empty vocabulary: the special ids and the 256 bytes. NULL when out of memory (reported). */
 cf_bpe *bpe_new(void);
