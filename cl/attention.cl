@@ -80,10 +80,10 @@ __kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __globa
 // pdrop = att * mask / (1-p) over the flat (B, NH, T, T) tensor of n elements; one work-item per
 // CF_DROPOUT_ITEM elements (cl/dropout.clh).
 __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global const float *att, uint att_off,
-                                int n, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+                                int n, float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   uint i = CF_DROPOUT_ITEM * get_global_id(0);
   if (i >= (uint)n) return;
-  cf_dropout_item(pdrop + pdrop_off + i, 0, att + att_off + i, i, (uint)n, p, inv_keep, seed, step, tensor_id);
+  cf_dropout_item(pdrop + pdrop_off + i, 0, att + att_off + i, i, (uint)n, p, inv_keep, seed, step, tensor_id, group0);
 }
 
 // ---------- softmax ----------
@@ -102,12 +102,12 @@ __kernel void attention_dropout(__global float *pdrop, uint pdrop_off, __global 
 // know them 0). When base is a multiple of 4, 64 entries (16 Philox groups) at a time in 16-lane
 // vectors, else group by group. Returns the end of what it wrote.
 inline int att_dropout_row(__global float *dst, __global const float *src, uint base, int n, int T, float p,
-                           float inv_keep, uint seed, uint step, uint tensor_id) {
+                           float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   int j = 0;
   if (base % 4u == 0u) {
     for (; j < n; j += 64) {
       float16 f[4];
-      cf_dropout_factors64(seed, step, tensor_id, (base + (uint)j) / 4u, p, inv_keep, f);
+      cf_dropout_factors64(seed, step, tensor_id, group0, (base + (uint)j) / 4u, p, inv_keep, f);
       if (j + 64 <= T) {
         for (int k = 0; k < 4; k++) vstore16(vload16(k, src + j) * f[k], k, dst + j);
       } else {
@@ -120,7 +120,7 @@ inline int att_dropout_row(__global float *dst, __global const float *src, uint 
   }
   while (j < n) {
     uint i = base + (uint)j;
-    float4 f = cf_dropout_factors(seed, step, tensor_id, i / 4u, p, inv_keep);
+    float4 f = cf_dropout_factors(seed, step, tensor_id, group0, i / 4u, p, inv_keep);
     float fj[4] = {f.x, f.y, f.z, f.w};
     for (uint k = i % 4u; k < 4u && j < n; k++, j++) dst[j] = src[j] * fj[k];
   }
@@ -142,7 +142,7 @@ inline void att_zero(__global float *dst, int from, int T) {
 __kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
                                         __global const int *key_mask, uint key_mask_off, int has_mask,
                                         int B, int NH, int T, float scale,
-                                        float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+                                        float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   int row = get_global_id(0);
   if (row >= B * NH * T) return;
   int t = row % T, b = row / (NH * T), n = t + 1, T16 = T / 16 * 16;
@@ -198,7 +198,7 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
 
   if (p > 0.0f) {
     __global float *pd = pdrop + pdrop_off + (size_t)row * T;
-    att_zero(pd, att_dropout_row(pd, a, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id), T);
+    att_zero(pd, att_dropout_row(pd, a, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id, group0), T);
   }
 }
 
@@ -207,7 +207,7 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
 // dpreatt = scale * P * (dP - sum_j P_j dP_j) on the causal entries j <= t, 0 elsewhere.
 __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __global const float *att,
                                          uint att_off, int B, int NH, int T, float scale,
-                                         float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+                                         float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   int row = get_global_id(0);
   if (row >= B * NH * T) return;
   int t = row % T, n = t + 1, T16 = T / 16 * 16;
@@ -215,7 +215,7 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
   __global float *g = datt + datt_off + (size_t)row * T;
   __global const float *a = att + att_off + (size_t)row * T;
 
-  if (p > 0.0f) att_dropout_row(g, g, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id);
+  if (p > 0.0f) att_dropout_row(g, g, (uint)row * (uint)T, n, T, p, inv_keep, seed, step, tensor_id, group0);
   float16 d16 = (float16)(0.0f);
   for (int j = 0; j < nv; j += 16)
     d16 += select((float16)(0.0f), vload16(0, a + j) * vload16(0, g + j), j + ATT_LANES < n);
@@ -267,8 +267,8 @@ inline float wg_max(__local float *red, float v) {
        j0 = 4 * g_ - (row) * (T), j0 < (T); g_ += (int)get_local_size(0))
 
 // The 4 inverted-dropout factors (1/(1-p) if kept, else 0) of the elements of group g.
-inline float4 attn_keep4(uint g, float p, float inv_keep, uint seed, uint step, uint tensor_id) {
-  uint4 w = cf_random_bits(seed, step, tensor_id, g);
+inline float4 attn_keep4(uint g, float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
+  uint4 w = cf_random_bits(seed, step, tensor_id, group0 + g);
   float4 u = (float4)(cf_uniform24(w.x), cf_uniform24(w.y), cf_uniform24(w.z), cf_uniform24(w.w));
   return select((float4)(0.0f), (float4)(inv_keep), u >= (float4)(p));
 }
@@ -283,7 +283,7 @@ inline float quad_elem(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k
 __kernel void attention_softmax_forward(__global float *att, uint att_off, __global float *pdrop, uint pdrop_off,
                                         __global const int *key_mask, uint key_mask_off, int has_mask,
                                         int B, int NH, int T, float scale,
-                                        float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+                                        float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   __local float red[CF_WG];
   int row = get_group_id(0);
   int lid = get_local_id(0), lsz = get_local_size(0);
@@ -308,7 +308,7 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
 
   FOR_ROW_QUADS(row, T, j0) {
     float4 keep = (float4)(1.0f);
-    if (p > 0.0f && j0 <= t) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id);
+    if (p > 0.0f && j0 <= t) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id, group0);
     for (int k = 0; k < 4; k++) {
       int j = j0 + k;
       if (j < 0 || j >= T) continue;
@@ -325,7 +325,7 @@ __kernel void attention_softmax_forward(__global float *att, uint att_off, __glo
 // Both passes use the same partition of the row, so each work-item rereads only its own writes.
 __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __global const float *att,
                                          uint att_off, int B, int NH, int T, float scale,
-                                         float p, float inv_keep, uint seed, uint step, uint tensor_id) {
+                                         float p, float inv_keep, uint seed, uint step, uint tensor_id, uint group0) {
   __local float red[CF_WG];
   int row = get_group_id(0);
   int t = row % T;
@@ -336,7 +336,7 @@ __kernel void attention_softmax_backward(__global float *datt, uint datt_off, __
   FOR_ROW_QUADS(row, T, j0) {
     if (j0 > t) continue;
     float4 keep = (float4)(1.0f);
-    if (p > 0.0f) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id);
+    if (p > 0.0f) keep = attn_keep4((uint)(row * T + j0) / 4u, p, inv_keep, seed, step, tensor_id, group0);
     for (int k = 0; k < 4; k++) {
       int j = j0 + k;
       if (j < 0 || j > t) continue;

@@ -7,8 +7,8 @@
 
 // out (n) = in (n) * mask * scale; out may alias in (the in-place forward and backward).
 __kernel void dropout_forward(__global float *out, uint out_off, __global const float *in, uint in_off, int n,
-                              float p, float scale, uint seed, uint step, uint tensor_id) {
+                              float p, float scale, uint seed, uint step, uint tensor_id, uint group0) {
   uint i = CF_DROPOUT_ITEM * get_global_id(0);
   if (i >= (uint)n) return;
-  cf_dropout_item(out + out_off + i, 0, in + in_off + i, i, (uint)n, p, scale, seed, step, tensor_id);
+  cf_dropout_item(out + out_off + i, 0, in + in_off + i, i, (uint)n, p, scale, seed, step, tensor_id, group0);
 }

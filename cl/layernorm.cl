@@ -112,11 +112,11 @@ __kernel void layernorm_backward(__global float *dinp, uint dinp_off, __global c
 // the flat index as cf_dropout_item takes them (16 Philox groups per call); a block the row cuts
 // is applied element by element. y may alias r or x.
 inline void ln_dropout_row(__global float *y, __global const float *r, __global const float *x, uint i0, int C,
-                           float p, float scale, uint seed, uint step, uint tensor_id) {
+                           float p, float scale, uint seed, uint step, uint tensor_id, uint group0) {
   uint end = i0 + (uint)C;
   for (uint b0 = i0 / 64u * 64u; b0 < end; b0 += 64u) {
     float16 f[4];
-    cf_dropout_factors64(seed, step, tensor_id, b0 / 4u, p, scale, f);
+    cf_dropout_factors64(seed, step, tensor_id, group0, b0 / 4u, p, scale, f);
     if (b0 >= i0 && b0 + 64u <= end) {
       uint c = b0 - i0;
       for (int k = 0; k < 4; k++)
@@ -142,14 +142,14 @@ __kernel void residual_dropout_layernorm_forward(__global float *out, uint out_o
                                                  uint inp_off, __global const float *branch, uint branch_off,
                                                  __global const float *weight, uint weight_off,
                                                  __global const float *bias, uint bias_off, int N, int C, float eps,
-                                                 float p, float scale, uint seed, uint step, uint tensor_id) {
+                                                 float p, float scale, uint seed, uint step, uint tensor_id, uint group0) {
   int row = get_global_id(0);
   if (row >= N) return;
   size_t base = (size_t)row * C;
   __global float *r = res + res_off + base;
   __global const float *x = inp + inp_off + base, *br = branch + branch_off + base;
   if (p > 0.0f) {
-    ln_dropout_row(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id);
+    ln_dropout_row(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id, group0);
   } else {
     int c16 = C / 16 * 16;
     for (int c = 0; c < c16; c += 16) vstore16(vload16(0, x + c) + vload16(0, br + c), 0, r + c);
@@ -171,14 +171,14 @@ __kernel void residual_dropout_layernorm_backward(__global float *dinp, uint din
                                                   __global const float *mean, uint mean_off,
                                                   __global const float *rstd, uint rstd_off, int N, int C,
                                                   int accumulate, float p, float scale, uint seed, uint step,
-                                                  uint tensor_id) {
+                                                  uint tensor_id, uint group0) {
   int row = get_global_id(0);
   if (row >= N) return;
   size_t base = (size_t)row * C;
   __global float *dx = dinp + dinp_off + base;
   ln_row_backward(dx, dout + dout_off + base, res + res_off + base, weight + weight_off, mean[mean_off + row],
                   rstd[rstd_off + row], C, accumulate);
-  ln_dropout_row(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id);
+  ln_dropout_row(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id, group0);
 }
 
 // dweight[c] += sum_n dout[n,c] * xhat[n,c] and dbias[c] += sum_n dout[n,c]: one item per 64
@@ -322,10 +322,10 @@ void layernorm_backward(__global float *dinp, uint dinp_off, __global const floa
 // starts at element i0 of a flat tensor, by the work-group: one Philox call per group of 4 flat
 // elements (as the dropout kernels take them), groups dealt to the items in turn. y may alias r or x.
 inline void ln_group_dropout(__global float *y, __global const float *r, __global const float *x, uint i0, int C,
-                             float p, float scale, uint seed, uint step, uint tensor_id) {
+                             float p, float scale, uint seed, uint step, uint tensor_id, uint group0) {
   uint end = i0 + (uint)C;
   for (uint g = i0 / 4u + get_local_id(0); 4u * g < end; g += CF_WG) {
-    float4 f = cf_dropout_factors(seed, step, tensor_id, g, p, scale);
+    float4 f = cf_dropout_factors(seed, step, tensor_id, group0, g, p, scale);
     float fj[4] = {f.x, f.y, f.z, f.w};
     for (uint j = 0; j < 4u; j++) {
       uint i = 4u * g + j;
@@ -344,14 +344,14 @@ void residual_dropout_layernorm_forward(__global float *out, uint out_off, __glo
                                         __global const float *inp, uint inp_off, __global const float *branch,
                                         uint branch_off, __global const float *weight, uint weight_off,
                                         __global const float *bias, uint bias_off, int N, int C, float eps, float p,
-                                        float scale, uint seed, uint step, uint tensor_id) {
+                                        float scale, uint seed, uint step, uint tensor_id, uint group0) {
   __local float red[CF_WG];
   int row = get_group_id(0);
   size_t base = (size_t)row * C;
   __global float *r = res + res_off + base;
   __global const float *x = inp + inp_off + base, *br = branch + branch_off + base;
   if (p > 0.0f) {
-    ln_group_dropout(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id);
+    ln_group_dropout(r, x, br, (uint)base, C, p, scale, seed, step, tensor_id, group0);
   } else {
     for (int c = get_local_id(0); c < C; c += CF_WG) r[c] = x[c] + br[c];
   }
@@ -372,7 +372,7 @@ void residual_dropout_layernorm_backward(__global float *dinp, uint dinp_off, __
                                          __global const float *res, uint res_off, __global const float *weight,
                                          uint weight_off, __global const float *mean, uint mean_off,
                                          __global const float *rstd, uint rstd_off, int N, int C, int accumulate,
-                                         float p, float scale, uint seed, uint step, uint tensor_id) {
+                                         float p, float scale, uint seed, uint step, uint tensor_id, uint group0) {
   __local float2 red[CF_WG];
   int row = get_group_id(0);
   size_t base = (size_t)row * C;
@@ -380,7 +380,7 @@ void residual_dropout_layernorm_backward(__global float *dinp, uint dinp_off, __
   ln_group_backward(dx, dout + dout_off + base, res + res_off + base, weight + weight_off, mean[mean_off + row],
                     rstd[rstd_off + row], C, accumulate, red);
   barrier(CLK_GLOBAL_MEM_FENCE);
-  ln_group_dropout(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id);
+  ln_group_dropout(dbranch + dbranch_off + base, 0, dx, (uint)base, C, p, scale, seed, step, tensor_id, group0);
 }
 
 // Column reduction for the parameter gradients: dweight[c] += sum_n dout[n,c] * xhat[n,c] and

@@ -13,9 +13,9 @@ __kernel void residual_forward(__global float *out, uint out_off, __global const
 // cl/dropout.clh). out may alias res or branch.
 __kernel void residual_dropout_forward(__global float *out, uint out_off, __global const float *res, uint res_off,
                                        __global const float *branch, uint branch_off, int n, float p, float scale,
-                                       uint seed, uint step, uint tensor_id) {
+                                       uint seed, uint step, uint tensor_id, uint group0) {
   uint i = CF_DROPOUT_ITEM * get_global_id(0);
   if (i >= (uint)n) return;
   cf_dropout_item(out + out_off + i, res + res_off + i, branch + branch_off + i, i, (uint)n, p, scale, seed, step,
-                  tensor_id);
+                  tensor_id, group0);
 }

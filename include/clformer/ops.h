@@ -44,11 +44,15 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre /* (N, C) */, cf_mem
 /* ---------- dropout ---------- */
 
 /* Inverted dropout with probability p in [0, 1). Element i (counted from the cf_mem's offset)
- * is kept iff cf_uniform24(word i%4 of cf_random_bits(seed, step, tensor_id, i/4)) >= p, and
- * kept elements are scaled by 1/(1-p) (in float). The mask is regenerated, never stored. */
+ * is kept iff cf_uniform24(word i%4 of cf_random_bits(seed, step, tensor_id, group0 + i/4)) >= p,
+ * and kept elements are scaled by 1/(1-p) (in float). The mask is regenerated, never stored.
+ * group0 (usually 0) makes the tensor a slice of a larger one that starts 4*group0 elements
+ * earlier: a model's micro-batch passes its rows' place in the step's global batch, so a row's
+ * mask is the same whichever rank or micro-batch computes it. */
 typedef struct cf_dropout {
   float p;
   uint32_t seed, step, tensor_id;
+  uint32_t group0; /* the Philox group of element 0 */
 } cf_dropout;
 
 /* 1 when element i is kept under d (the host twin of the device mask). */

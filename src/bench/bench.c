@@ -114,7 +114,7 @@ static size_t att_floats(const cf_op_dims *d) { return (size_t)d->B * d->NH * d-
 static cf_status run_softmax(void *arg) {
   softmax_case *k = arg;
   bench *s = k->s;
-  cf_dropout drop = {k->p, 1234u, 7u, 3u};
+  cf_dropout drop = {k->p, 1234u, 7u, 3u, 0};
   if (!k->backward)
     return cf_attention_softmax_forward_launch(s->ctx, cf_at(s->att, 0), cf_at(s->att2, 0), cf_at(NULL, 0), s->d.B,
                                                s->d.NH, s->d.T, 0.125f, drop);

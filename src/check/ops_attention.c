@@ -6,7 +6,7 @@
              .test_dims = {.N = 210, .B = 3, .T = 70, .C = 40, .NH = 5}
 #define TOL .atol = 1e-5, .rtol = 1e-4
 
-static const cf_dropout drop = {0.1f, 17u, 1u, 2u};
+static const cf_dropout drop = {0.1f, 17u, 1u, 2u, 0};
 
 static size_t scratch(const cf_op_dims *d) { return cf_attention_scratch_floats(d->B, d->T, d->C, d->NH, drop.p > 0); }
 

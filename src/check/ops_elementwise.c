@@ -5,7 +5,7 @@
 #define DIMS .check_dims = {.N = 6, .C = 29}, .test_dims = {.N = 67, .C = 301}
 #define TOL .atol = 1e-5, .rtol = 1e-4
 
-static const cf_dropout drop = {0.25f, 1234u, 7u, 3u};
+static const cf_dropout drop = {0.25f, 1234u, 7u, 3u, 0};
 
 static size_t n_of(const cf_op_dims *d) { return (size_t)d->N * (size_t)d->C; }
 static size_t cn(const cf_op_case *c) { return n_of(&c->d); }

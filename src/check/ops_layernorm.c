@@ -6,7 +6,7 @@
 #define TOL .atol = 1e-5, .rtol = 1e-4
 
 static const float eps = 1e-5f;
-static const cf_dropout drop = {0.1f, 0x5eed, 3, 11}, no_drop = {0};
+static const cf_dropout drop = {0.1f, 0x5eed, 3, 11, 0}, no_drop = {0};
 
 static double nc(const cf_op_dims *d) { return (double)d->N * d->C; }
 

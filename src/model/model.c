@@ -167,21 +167,41 @@ static cf_status linear_backward(cf_model *m, cf_mem dx, size_t w, size_t b, cf_
                  accumulate ? 1.0f : 0.0f, dx, (size_t)in);
 }
 
-/* A mask per (seed, step, tensor); an accumulated step's micro-batches each draw their own (part
- * above the at most 8 * 1001 tensor ids), part 0 the masks a step without accumulation draws. The
- * part is the global micro-batch number (cf_model_set_shard), so an example's masks do not depend on
- * which rank computes it. */
+/* A mask per (seed, step, tensor), over the tensor of the step's whole global batch: a micro-batch
+ * whose first row is global row R (its global micro-batch number times B: cf_model_set_shard) takes
+ * the mask from R's first element on (group0), so an example's masks depend on its row, not on the
+ * rank or micro-batch that computes it: 2 ranks of batch B, B x accumulate 2 and one batch of 2B
+ * draw the same. Rows are placed ceil(row/4) Philox groups apart: exactly the big tensor's layout
+ * when a row's elements are a multiple of 4, disjoint groups otherwise. */
+static uint64_t dropout_row_groups(const cf_model *m, int which) {
+  uint64_t row = which == DROP_ATT_PROBS ? (uint64_t)m->NH * m->T * m->T
+                 : which == DROP_FFN_ACT ? (uint64_t)m->T * m->F
+                                         : (uint64_t)m->T * m->C;
+  return (row + 3) / 4;
+}
+
 static cf_dropout dropout_key(const cf_model *m, int layer, int which, double p) {
-  uint32_t part = (uint32_t)(m->shard_first + m->part);
-  uint32_t id = (uint32_t)(layer + 1) * 8u + (uint32_t)which + (part << 16);
-  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, id};
+  uint64_t first_row = (uint64_t)(m->shard_first + m->part) * (uint64_t)m->B;
+  cf_dropout d = {m->train ? (float)p : 0.0f, (uint32_t)m->seed, m->step, (uint32_t)(layer + 1) * 8u + (uint32_t)which,
+                  (uint32_t)(first_row * dropout_row_groups(m, which))};  /* fits: dropout_fits */
   return d;
 }
 
+/* Whether the masks of a step of `total` micro-batches are numbered within 32 bits (the kernels'
+ * element index): the largest masked tensor of the whole global batch below 2^32 elements. */
+static cf_status dropout_fits(const cf_model *m, int total) {
+  uint64_t most = 0, rows = (uint64_t)total * (uint64_t)m->B;  /* groups of the largest masked row */
+  if (m->mc.attn_dropout > 0) most = dropout_row_groups(m, DROP_ATT_PROBS);
+  for (int which = DROP_EMB; m->mc.dropout > 0 && which <= DROP_FFN_OUT; which++)
+    if (which != DROP_ATT_PROBS && dropout_row_groups(m, which) > most) most = dropout_row_groups(m, which);
+  if (rows * most * 4 <= ((uint64_t)1 << 32)) return CF_OK;
+  return CF_FAIL(CF_ERR_INVALID_ARG, "dropout over a step of %llu sequences: a masked tensor of the whole batch would "
+                 "have %llu elements, and masks are numbered in 32 bits; lower the batch, the ranks or train.accumulate",
+                 (unsigned long long)rows, (unsigned long long)(rows * most * 4));
+}
+
 static cf_dropout attn_key(const cf_model *m, int layer) {
-  cf_dropout d = dropout_key(m, layer, DROP_ATT_PROBS, m->mc.attn_dropout);
-  cf_dropout a = {d.p, d.seed, d.step, d.tensor_id};
-  return a;
+  return dropout_key(m, layer, DROP_ATT_PROBS, m->mc.attn_dropout);
 }
 
 /* An optional buffer left out (no mask, no learned positions, no momentum, no clipping norm). */
@@ -398,6 +418,7 @@ cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targe
   if (m->shard_first + parts > total)
     return CF_FAIL(CF_ERR_INVALID_ARG, "micro-batches %d .. %d of a step of %d", m->shard_first,
                    m->shard_first + parts - 1, total);
+  CF_TRY(dropout_fits(m, total));
   long bad = cf_embedding_check_tokens(inputs, (size_t)N, V);
   if (bad >= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "token %d at position %ld is outside the vocabulary [0, %d)", inputs[bad], bad, V);
   m->step = step;

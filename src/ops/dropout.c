@@ -6,7 +6,10 @@
 #include "ops/ops_internal.h"
 #include "runtime/runtime.h"
 
-int cf_dropout_keep(cf_dropout d, uint32_t i) { return cf_random_uniform(d.seed, d.step, d.tensor_id, i) >= d.p; }
+/* Element i of a tensor that starts at element 4 * group0 of the whole (below 2^32: cf_dropout_check). */
+int cf_dropout_keep(cf_dropout d, uint32_t i) {
+  return cf_random_uniform(d.seed, d.step, d.tensor_id, 4u * d.group0 + i) >= d.p;
+}
 
 float cf_dropout_scale(cf_dropout d) { return 1.0f / (1.0f - d.p); }
 
@@ -14,6 +17,9 @@ float cf_dropout_scale(cf_dropout d) { return 1.0f / (1.0f - d.p); }
 cf_status cf_dropout_check(cf_dropout d, size_t n) {
   if (!(d.p >= 0.0f && d.p < 1.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "dropout: p must be in [0, 1), got %g", (double)d.p);
   if (n > INT_MAX) return CF_FAIL(CF_ERR_INVALID_ARG, "dropout: %zu elements: more than the kernels index", n);
+  if (d.p > 0.0f && 4 * (uint64_t)d.group0 + n > ((uint64_t)1 << 32))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "dropout: elements %llu .. %llu of the masked whole: masks are keyed by 32-bit "
+                   "element numbers", 4 * (unsigned long long)d.group0, 4 * (unsigned long long)d.group0 + n - 1);
   return CF_OK;
 }
 
@@ -32,6 +38,7 @@ void cf_arg_dropout(cf_launch *L, cf_dropout d) {
   cf_arg_uint(L, d.seed);
   cf_arg_uint(L, d.step);
   cf_arg_uint(L, d.tensor_id);
+  cf_arg_uint(L, d.group0);
 }
 
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */

@@ -11,7 +11,7 @@
 /* Dropout factor of element i of att (B, NH, T, T): 1/(1-p) if kept, else 0. */
 static double keep_factor(cf_dropout drop, size_t i) {
   if (drop.p <= 0.0f) return 1.0;
-  return cf_random_uniform(drop.seed, drop.step, drop.tensor_id, (uint32_t)i) >= drop.p ? 1.0 / (1.0 - drop.p) : 0.0;
+  return cf_dropout_keep(drop, (uint32_t)i) ? 1.0 / (1.0 - drop.p) : 0.0;
 }
 
 /* The probabilities of query row (b, h, t) over keys 0..T-1 into P (0 where masked). */

@@ -48,7 +48,7 @@ static void run_case(cf_context *ctx, test_rng *r, tcase c) {
   int B = c.B, T = c.T, C = c.C, NH = c.NH, HS = C / NH;
   size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T, off = c.off;
   size_t nscr = cf_attention_scratch_floats(B, T, C, NH, c.p > 0);
-  cf_dropout drop = {c.p, 1234u, 7u, 42u};
+  cf_dropout drop = {c.p, 1234u, 7u, 42u, 0};
   printf("-- %s: B %d, T %d, C %d, NH %d, mask %d, p %g, offset %zu\n", c.name, B, T, C, NH, c.mask, (double)c.p, off);
 
   float *inp = malloc(nin * sizeof *inp), *dout = malloc(nout * sizeof *dout);
@@ -139,7 +139,7 @@ static void run_case(cf_context *ctx, test_rng *r, tcase c) {
 static void check_finite_differences(test_rng *r, const char *name, int B, int T, int C, int NH, int use_mask,
                                      float p) {
   size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-  cf_dropout drop = {p, 99u, 3u, 5u};
+  cf_dropout drop = {p, 99u, 3u, 5u, 0};
   float *inp = malloc(nin * sizeof *inp), *w = malloc(nout * sizeof *w);
   int *mask = use_mask ? malloc((size_t)B * T * sizeof *mask) : NULL;
   for (size_t i = 0; i < nin; i++) inp[i] = (float)ldexp(floor(test_uniform(r) * 2048.0) - 1024.0, -10);
@@ -180,7 +180,7 @@ static void check_finite_differences(test_rng *r, const char *name, int B, int T
 static void check_bad_args(cf_context *ctx) {
   cl_mem b = test_buffer(ctx, NULL, 64);
   cf_mem m = cf_at(b, 0), none = {0};
-  cf_dropout ok = {0}, bad_p = {1.0f, 0, 0, 0};
+  cf_dropout ok = {0}, bad_p = {1.0f, 0, 0, 0, 0};
   int v = cf_verbosity();
   cf_set_verbosity(-1);
   TEST_ASSERT(cf_attention_forward(ctx, m, m, m, m, m, none, 1, 2, 6, 4, ok) == CF_ERR_INVALID_ARG, "C %% NH != 0");

@@ -1,6 +1,7 @@
 /* Dropout and its generator: Philox4x32-10 known answers on the host, the device mask equal to
  * the host's bit for bit, forward/backward against the double reference, central differences,
- * p == 0 as an untouched buffer, mask statistics, bit-identical reruns, bad p. */
+ * p == 0 as an untouched buffer, mask statistics, bit-identical reruns, a tensor's mask as a slice
+ * of a larger one's (group0), the 32-bit limit, bad p. */
 #include <math.h>
 #include <string.h>
 #include "clformer/ops.h"
@@ -92,7 +93,7 @@ static void forward_backward(cf_context *ctx, test_rng *r, cf_dropout d, size_t 
  * loss = sum(dropout(x) * rw), with h = 2^-17 exact in float for |x| < 128. */
 static void finite_differences(cf_context *ctx, test_rng *r) {
   enum { n = 37 };
-  const cf_dropout d = {0.4f, 99, 1, 2};
+  const cf_dropout d = {0.4f, 99, 1, 2, 0};
   const float h = 0x1p-17f;
   float x[n], rw[n];
   test_fill_uniform(r, x, n, -2, 2);
@@ -131,7 +132,7 @@ static void p_zero_is_identity(cf_context *ctx, test_rng *r) {
   x[1] = -0.0f;
   x[2] = INFINITY;
   cf_mem d_x = test_tensor(ctx, x, n, 2);
-  cf_dropout d = {0.0f, 1, 2, 3};
+  cf_dropout d = {0.0f, 1, 2, 3, 0};
   TEST_OK(cf_dropout_forward(ctx, d_x, n, d));
   TEST_OK(cf_dropout_backward(ctx, d_x, n, d));
   float *y = test_read(ctx, d_x, n);
@@ -145,8 +146,8 @@ static void p_zero_is_identity(cf_context *ctx, test_rng *r) {
 static void statistics(cf_context *ctx) {
   enum { n = 1 << 20 };
   const float p = 0.3f;
-  cf_dropout base = {p, 2024, 10, 4};
-  cf_dropout other[3] = {{p, 2025, 10, 4}, {p, 2024, 11, 4}, {p, 2024, 10, 5}};
+  cf_dropout base = {p, 2024, 10, 4, 0};
+  cf_dropout other[3] = {{p, 2025, 10, 4, 0}, {p, 2024, 11, 4, 0}, {p, 2024, 10, 5, 0}};
   float *ones = test_falloc(n);
   for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
   cf_mem x = test_tensor(ctx, ones, n, 0);
@@ -172,13 +173,66 @@ static void statistics(cf_context *ctx) {
   test_free_tensors();
 }
 
+/* group0 makes a tensor a slice of a larger one: dropout of n elements with group0 = g gives the
+ * elements 4g .. 4g+n-1 of the whole's mask, bit for bit, for the flat kernel (both the 64-element
+ * blocks and the partial tail) and for the fused residual add: what lets a rank or a micro-batch
+ * draw the rows of the step's global batch that it computes. */
+static void slice_of_the_whole(cf_context *ctx, test_rng *r) {
+  enum { whole = 3 * 4096 + 20 };
+  static const size_t firsts[] = {0, 4, 64, 4096 + 60, 2 * 4096};
+  float *x = test_falloc(whole), *ones = test_falloc(whole);
+  test_fill_uniform(r, x, whole, -2, 2);
+  for (size_t i = 0; i < whole; i++) ones[i] = 1.0f;
+  cf_dropout d = {0.3f, 77, 5, 9, 0};
+  cf_mem all = test_tensor(ctx, x, whole, 0), sum = test_tensor(ctx, NULL, whole, 0), res = test_tensor(ctx, ones, whole, 0);
+  TEST_OK(cf_residual_dropout_forward(ctx, sum, res, all, whole, d));
+  TEST_OK(cf_dropout_forward(ctx, all, whole, d));
+  float *want = test_read(ctx, all, whole), *want_sum = test_read(ctx, sum, whole);
+  for (size_t k = 0; k < sizeof firsts / sizeof *firsts; k++) {
+    size_t first = firsts[k], n = whole - first;
+    cf_dropout part = d;
+    part.group0 = (uint32_t)(first / 4);
+    cf_mem x_part = test_tensor(ctx, x + first, n, 3), s_part = test_tensor(ctx, NULL, n, 1);
+    TEST_OK(cf_residual_dropout_forward(ctx, s_part, cf_shift(res, first), x_part, n, part));
+    TEST_OK(cf_dropout_forward(ctx, x_part, n, part));
+    float *got = test_read(ctx, x_part, n), *got_sum = test_read(ctx, s_part, n);
+    TEST_ASSERT(memcmp(got, want + first, n * sizeof *got) == 0, "dropout from group %u: not the whole's elements "
+                "%zu ..", part.group0, first);
+    TEST_ASSERT(memcmp(got_sum, want_sum + first, n * sizeof *got) == 0, "residual dropout from group %u: not the "
+                "whole's elements %zu ..", part.group0, first);
+    for (size_t i = 0; i < n; i += 97)
+      TEST_ASSERT(cf_dropout_keep(part, (uint32_t)i) == cf_dropout_keep(d, (uint32_t)(first + i)),
+                  "host twin: element %zu from group %u", i, part.group0);
+    free(got); free(got_sum);
+  }
+  printf("ok   dropout and residual dropout from group0 = g draw the whole's mask from element 4g on\n");
+  free(x); free(ones); free(want); free(want_sum);
+  test_free_tensors();
+}
+
+/* A mask numbered past 2^32 elements is refused (the kernels index in 32 bits); p = 0 needs none. */
+static void past_32_bits(cf_context *ctx) {
+  cf_mem z = test_tensor(ctx, NULL, 16, 0);
+  cf_dropout d = {0.5f, 1, 2, 3, (1u << 30) - 2};  /* elements 2^32 - 8 .. 2^32 + 7 */
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);
+  TEST_ASSERT(cf_dropout_forward(ctx, z, 8, d) == CF_OK, "the last 8 elements of 2^32 refused");
+  TEST_ASSERT(cf_dropout_forward(ctx, z, 16, d) == CF_ERR_INVALID_ARG, "elements past 2^32 accepted");
+  d.p = 0.0f;
+  TEST_ASSERT(cf_dropout_forward(ctx, z, 16, d) == CF_OK, "p = 0 past 2^32 refused");
+  cf_set_verbosity(v);
+  cf_clear_error();
+  printf("ok   masks past 2^32 elements are refused\n");
+  test_free_tensors();
+}
+
 static void bad_arguments(cf_context *ctx) {
   cf_mem z = test_tensor(ctx, NULL, 16, 0);
   static const float bad[] = {1.0f, -0.1f, 1.5f, NAN, INFINITY};
   int v = cf_verbosity();
   cf_set_verbosity(-1);
   for (int k = 0; k < 5; k++) {
-    cf_dropout d = {bad[k], 1, 2, 3};
+    cf_dropout d = {bad[k], 1, 2, 3, 0};
     TEST_ASSERT(cf_dropout_forward(ctx, z, 16, d) == CF_ERR_INVALID_ARG, "p = %g accepted", (double)bad[k]);
     TEST_ASSERT(cf_dropout_backward(ctx, z, 16, d) == CF_ERR_INVALID_ARG, "p = %g accepted", (double)bad[k]);
   }
@@ -191,16 +245,20 @@ int main(void) {
   philox_known_answers();
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(4242);
-  mask_matches_host(ctx, (cf_dropout){0.3f, 1234, 0, 0}, 100003, 5);
-  mask_matches_host(ctx, (cf_dropout){0.5f, 0xffffffffu, 0xfffffffeu, 0xdeadbeefu}, 4099, 0);
-  mask_matches_host(ctx, (cf_dropout){0.9f, 7, 123456, 3}, 1, 3);
+  mask_matches_host(ctx, (cf_dropout){0.3f, 1234, 0, 0, 0}, 100003, 5);
+  mask_matches_host(ctx, (cf_dropout){0.5f, 0xffffffffu, 0xfffffffeu, 0xdeadbeefu, 0}, 4099, 0);
+  mask_matches_host(ctx, (cf_dropout){0.9f, 7, 123456, 3, 0}, 1, 3);
+  mask_matches_host(ctx, (cf_dropout){0.3f, 1234, 0, 0, 123457}, 100003, 5);
+  mask_matches_host(ctx, (cf_dropout){0.5f, 9, 8, 7, (1u << 30) - 2000}, 8000, 1);  /* up to element 2^32 - 1 */
   static const size_t sizes[] = {1, 3, 4, 5, 1001, 4096 * 512};
   static const float ps[] = {0.1f, 0.5f, 0.9f};
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
-    for (int k = 0; k < 3; k++) forward_backward(ctx, &r, (cf_dropout){ps[k], 31337, (uint32_t)s, (uint32_t)k}, sizes[s]);
+    for (int k = 0; k < 3; k++) forward_backward(ctx, &r, (cf_dropout){ps[k], 31337, (uint32_t)s, (uint32_t)k, 0}, sizes[s]);
   finite_differences(ctx, &r);
   p_zero_is_identity(ctx, &r);
   statistics(ctx);
+  slice_of_the_whole(ctx, &r);
+  past_32_bits(ctx);
   bad_arguments(ctx);
   cf_context_free(ctx);
   return test_finish("test_dropout");

@@ -199,7 +199,7 @@ static void fused_case(cf_context *ctx, test_rng *r, int N, int C, float p) {
   size_t NC = (size_t)N * C;
   char what[160];
   printf("fused case N=%d C=%d p=%g\n", N, C, (double)p);
-  cf_dropout d = {p, (uint32_t)(test_uniform(r) * 4e9), 7u + (uint32_t)N, 40u + (uint32_t)C};
+  cf_dropout d = {p, (uint32_t)(test_uniform(r) * 4e9), 7u + (uint32_t)N, 40u + (uint32_t)C, 0};
   float *inp = test_falloc(NC), *br = test_falloc(NC), *w = test_falloc(C), *b = test_falloc(C), *dout = test_falloc(NC),
         *dres0 = test_falloc(NC), *dw0 = test_falloc(C), *db0 = test_falloc(C);
   for (int n = 0; n < N; n++) {
@@ -368,7 +368,7 @@ static void fused_fd_case(cf_context *ctx, test_rng *r, int N, int C, float p) {
   const float eps = 1e-5f;
   size_t NC = (size_t)N * C;
   char what[160];
-  cf_dropout d = {p, 1234u, 5u, 17u};
+  cf_dropout d = {p, 1234u, 5u, 17u, 0};
   float *inp = test_falloc(NC), *br = test_falloc(NC), *w = test_falloc(C), *b = test_falloc(C), *rw = test_falloc(NC),
         *rg = test_falloc(NC);
   test_fill_uniform(r, inp, NC, -2, 2);
@@ -447,7 +447,7 @@ static void bad_arguments(cf_context *ctx) {
   TEST_ASSERT(cf_layernorm_forward(ctx, z, z, z, z, z, z, 2, 4, 0.0f) == CF_ERR_INVALID_ARG, "eps = 0 accepted");
   TEST_ASSERT(cf_layernorm_backward(ctx, z, z, z, z, z, z, z, z, 2, 4, 2) == CF_ERR_INVALID_ARG,
               "accumulate = 2 accepted");
-  cf_dropout d = {0.1f, 1, 2, 3}, bad_p = {1.0f, 1, 2, 3};
+  cf_dropout d = {0.1f, 1, 2, 3, 0}, bad_p = {1.0f, 1, 2, 3, 0};
   TEST_ASSERT(cf_residual_dropout_layernorm_forward(ctx, z, z, z, z, z, z, z, z, 2, 0, 1e-5f, d) == CF_ERR_INVALID_ARG,
               "fused: C = 0 accepted");
   TEST_ASSERT(cf_residual_dropout_layernorm_forward(ctx, z, z, z, z, z, z, z, z, 2, 4, 0.0f, d) == CF_ERR_INVALID_ARG,

@@ -11,7 +11,7 @@
 /* out = a + b, then out = res + dropout(branch) for p = 0 and p > 0, each also in place. */
 static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
   char what[128];
-  cf_dropout d = {p, 555, 3, (uint32_t)n};
+  cf_dropout d = {p, 555, 3, (uint32_t)n, 0};
   float *a = test_falloc(n), *b = test_falloc(n);
   test_fill_uniform(r, a, n, -3, 3);
   test_fill_uniform(r, b, n, -3, 3);
@@ -60,7 +60,7 @@ static void residual_case(cf_context *ctx, test_rng *r, size_t n, float p) {
 /* dbranch = dropout(dout): a kernel for p > 0, a copy for p == 0, nothing when it is dout. */
 static void residual_backward_case(cf_context *ctx, test_rng *r, size_t n, float p) {
   char what[128];
-  cf_dropout d = {p, 8, 1, 2};
+  cf_dropout d = {p, 8, 1, 2, 0};
   float *g = test_falloc(n);
   test_fill_uniform(r, g, n, -1, 1);
   double *ref = test_dalloc(n);
@@ -86,7 +86,7 @@ static void residual_backward_case(cf_context *ctx, test_rng *r, size_t n, float
  * backward, both against central differences (h = 2^-17, exact in float for |x| < 128). */
 static void finite_differences(cf_context *ctx, test_rng *r) {
   enum { n = 29 };
-  const cf_dropout d = {0.35f, 12, 34, 56};
+  const cf_dropout d = {0.35f, 12, 34, 56, 0};
   const float h = 0x1p-17f;
   float res[n], br[n], rw[n];
   test_fill_uniform(r, res, n, -2, 2);
@@ -164,7 +164,7 @@ static void bad_arguments(cf_context *ctx) {
   cf_mem z = test_tensor(ctx, NULL, 16, 0);
   int v = cf_verbosity();
   cf_set_verbosity(-1);
-  cf_dropout bad = {1.0f, 1, 2, 3}, nan = {NAN, 1, 2, 3};
+  cf_dropout bad = {1.0f, 1, 2, 3, 0}, nan = {NAN, 1, 2, 3, 0};
   TEST_ASSERT(cf_residual_dropout_forward(ctx, z, z, z, 16, bad) == CF_ERR_INVALID_ARG, "p = 1 accepted");
   TEST_ASSERT(cf_residual_dropout_forward(ctx, z, z, z, 16, nan) == CF_ERR_INVALID_ARG, "p = NaN accepted");
   TEST_ASSERT(cf_residual_dropout_backward(ctx, z, z, 16, bad) == CF_ERR_INVALID_ARG, "p = 1 accepted");

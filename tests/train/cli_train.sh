@@ -100,12 +100,10 @@ out2=$("$bin" sample a --prompt "In the" --tokens 20 --seed 3)
 err=$(CLFORMER_CACHE_DIR=/proc/version/cache "$bin" train tiny.yaml --set train.out=nocache --set train.steps=2 --quiet 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 0 && "$err" != *"error"* && "$err" == *"not cached"* ]] && ok "an unwritable cache is a note, not an error" \
   || bad "unwritable cache: rc=$rc $err"
-# train.accumulate: 2 micro-batches of 4 train as one batch of 8 (dropout off: each micro-batch draws its own
-# masks); the losses and gradient norms in metrics.csv (6 digits) agree to 2e-5 relative, float32 rounding
-"$bin" train tiny.yaml --set train.out=big8 --set data.batch_size=8 --set model.dropout=0 --set model.attn_dropout=0 \
-  --set train.steps=6 --set train.log_every=1 --quiet
-out=$("$bin" train tiny.yaml --set train.out=acc2 --set train.accumulate=2 --set model.dropout=0 --set model.attn_dropout=0 \
-  --set train.steps=6 --set train.log_every=1 2>&1)
+# train.accumulate: 2 micro-batches of 4 train as one batch of 8, dropout on (a row's masks are keyed by its place
+# in the step's batch); the losses and gradient norms in metrics.csv (6 digits) agree to 2e-5 relative, float32 rounding
+"$bin" train tiny.yaml --set train.out=big8 --set data.batch_size=8 --set train.steps=6 --set train.log_every=1 --quiet
+out=$("$bin" train tiny.yaml --set train.out=acc2 --set train.accumulate=2 --set train.steps=6 --set train.log_every=1 2>&1)
 [[ "$out" == *"2 micro-batches accumulated a step (8 sequences)"* ]] && ok "train says it accumulates" || bad "accumulate line: $out"
 paste -d, <(cut -d, -f3,5 big8/metrics.csv) <(cut -d, -f3,5 acc2/metrics.csv) | tail -n +2 | awk -F, '
   function off(a, b) { d = a - b; if (d < 0) d = -d; return d > 2e-5 * (a < 0 ? -a : a) }

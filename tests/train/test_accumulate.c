@@ -1,14 +1,14 @@
 /* Gradient accumulation (train.accumulate): a step over 2 micro-batches of 4 sequences gives the
- * update of one batch of 8, the same rows. Dropout is off (the micro-batches draw masks of their own,
- * so with dropout the two runs are different samples of the same distribution). Over 8 steps, with
+ * update of one batch of 8, the same rows, with dropout too (a row's masks are keyed by its row in
+ * the step's batch, not by its micro-batch: model.c's dropout_key). Over 8 steps, with
  * gradient clipping on, both runs' step losses and gradient norms agree to a relative 1e-5, and every
  * weight to 1e-5 absolute + 1e-4 relative: the sums differ only in order, float32 rounding of about
  * 1e-7 of a value. Under SGD (momentum 0.9) every weight is compared; under Adam all but the attention
  * key biases: their gradient is zero in exact arithmetic (softmax ignores a shift of every score of
  * a query), so what they get is rounding noise of about 1e-9, which Adam divides by its own root
  * mean square into steps of the learning rate's size in both runs alike, different noise in each.
- * Also: the watch checks the step's mean loss, and each micro-batch draws its own dropout masks, the
- * first one those of a step without accumulation. */
+ * Also: the watch checks the step's mean loss, and micro-batch 0 draws the masks of a step without
+ * accumulation, micro-batch 1 others. */
 #include <math.h>
 #include <string.h>
 #include "clformer/model.h"
@@ -63,8 +63,8 @@ static float read1(cf_context *ctx, cl_mem buf) {
   return v;
 }
 
-static void same_update(cf_context *ctx, cf_optimizer opt, const char *name) {
-  cf_model *big = model_with(ctx, B, 0, opt), *acc = model_with(ctx, B / 2, 0, opt);
+static void same_update(cf_context *ctx, cf_optimizer opt, double dropout, const char *name) {
+  cf_model *big = model_with(ctx, B, dropout, opt), *acc = model_with(ctx, B / 2, dropout, opt);
   size_t n = cf_model_flat_floats(big);
   float *wa = test_falloc(n), *wb = test_falloc(n), zero = 0;
   cl_mem la, lb;
@@ -140,7 +140,7 @@ static void watch_sees_the_mean(cf_context *ctx) {
   cf_model_free(ms[1]);
 }
 
-/* With dropout, micro-batch 0 draws a step's own masks, micro-batch 1 others. */
+/* With dropout, micro-batch 0 draws a plain step's masks, micro-batch 1 (rows 4..7) others. */
 static void own_masks(cf_context *ctx) {
   cf_model *m = model(ctx, B / 2, 0.3);
   test_rng r = test_rng_seed(3);
@@ -162,12 +162,43 @@ static void own_masks(cf_context *ctx) {
   cf_model_free(m);
 }
 
+/* Masks are numbered in 32 bits over the step's whole batch: a step whose largest masked tensor
+ * (attention probabilities, 2 heads x 256 x 256 a sequence) would pass 2^32 elements over all its
+ * micro-batches is refused, with dropout; without, it runs. */
+static void masks_fit_32_bits(cf_context *ctx) {
+  for (int k = 0; k < 2; k++) {
+    cf_config c;
+    test_model_config(&c, 1, 16, 2, 32);
+    c.model.attn_dropout = k ? 0.1 : 0.0;
+    test_validate(&c);
+    cf_model *m;
+    TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, 1, 256, &m));
+    TEST_OK(cf_model_init(m, 1));
+    int in[256] = {0};
+    TEST_OK(cf_model_set_shard(m, 8191, 8192));  /* 8192 x 131072 = 2^30 elements: fits */
+    TEST_OK(cf_model_forward_part(m, in, in, 1, 0, 1, 1));
+    TEST_OK(cf_model_set_shard(m, 0, 32769));    /* one more micro-batch than 2^32 elements hold */
+    int v = cf_verbosity();
+    cf_set_verbosity(-1);
+    cf_status st = cf_model_forward_part(m, in, in, 1, 0, 1, 1);
+    cf_set_verbosity(v);
+    cf_clear_error();
+    TEST_ASSERT(k ? st == CF_ERR_INVALID_ARG : st == CF_OK, "attention dropout %g over 32769 sequences: %s",
+                c.model.attn_dropout, cf_status_str(st));
+    cf_model_free(m);
+  }
+  printf("ok   dropout masks past 2^32 elements of a step are refused\n");
+}
+
 int main(void) {
   cf_context *ctx = test_context();
-  same_update(ctx, CF_OPTIM_SGD, "SGD");
-  same_update(ctx, CF_OPTIM_ADAM, "Adam");
+  same_update(ctx, CF_OPTIM_SGD, 0, "SGD");
+  same_update(ctx, CF_OPTIM_ADAM, 0, "Adam");
+  same_update(ctx, CF_OPTIM_SGD, 0.2, "SGD, dropout 0.2");
+  same_update(ctx, CF_OPTIM_ADAM, 0.2, "Adam, dropout 0.2");
   watch_sees_the_mean(ctx);
   own_masks(ctx);
+  masks_fit_32_bits(ctx);
   cf_context_free(ctx);
   return test_finish("test_accumulate");
 }
