@@ -181,6 +181,47 @@ cf_status cf_attention_backward(cf_context *ctx,
                                 cf_mem key_mask, // int (B, T) or buf NULL
                                 int B, int T, int C, int NH, cf_dropout drop);
 
+/* Fused multi-head attention (FlashAttention-2 style, cl/attention_fused.cl): out =
+ * softmax(scale * q.k^T + masks) . v, tile by tile with an online softmax, so no Tq x Tk matrix is
+ * ever in device memory; the forward saves out and the logsumexp of each query row, the backward
+ * recomputes the probabilities from them. Self-attention (q, k, v side by side in one (B, T, 3C)
+ * tensor: strides 3C) and cross-attention (Tq != Tk, q and k/v from different tensors) alike.
+ * Masks: causal (query t sees keys j <= t + Tk - Tq) and a key length per sequence (keys
+ * j >= key_len[b] are padding); a query row with no key gets a zero output and logsumexp 0.
+ * Dropout on the probabilities is keyed like cf_attention_forward's: element
+ * i = ((b*NH + h)*Tq + t)*Tk + j of the (B, NH, Tq, Tk) matrix (< 2^32 when p > 0), so with
+ * Tq = Tk = T both paths draw the same mask. */
+typedef struct cf_attention_dims {
+  int B, Tq, Tk, NH, HS;  /* sequences, query rows, key rows, heads, channels per head */
+  int causal;             /* 1: the causal mask above */
+  /* Row strides in floats: head h's channels of row t of sequence b of q are
+   * q[(b*Tq + t)*ldq + h*HS ...]; k, v likewise (Tk rows); out and dout (ldo) */
+  int ldq, ldk, ldv, ldo;
+  float scale;            /* of q.k, usually 1/sqrt(HS) */
+} cf_attention_dims;
+
+/* Floats of scratch either direction needs: B*NH*Tq. */
+size_t cf_attention_fused_scratch_floats(const cf_attention_dims *d);
+
+/* key_len: int (B), or a cf_mem whose buf is NULL for no padding. */
+cf_status cf_attention_fused_forward(cf_context *ctx,
+                                     cf_mem out,      /* (B, Tq, ldo) head h's channels written */
+                                     cf_mem lse,      /* (B, NH, Tq) saved: logsumexp of each row */
+                                     cf_mem scratch,  /* cf_attention_fused_scratch_floats */
+                                     cf_mem q,        /* (B, Tq, ldq) */
+                                     cf_mem k,        /* (B, Tk, ldk) */
+                                     cf_mem v,        /* (B, Tk, ldv) */
+                                     cf_mem key_len, const cf_attention_dims *d, cf_dropout drop);
+
+/* Overwrites dq, dk and dv (laid out like q, k and v; they may share one buffer, as the
+ * (B, T, 3C) gradient of a fused projection does, but not with an input). out, lse, key_len and
+ * drop must be the forward's. */
+cf_status cf_attention_fused_backward(cf_context *ctx, cf_mem dq, cf_mem dk, cf_mem dv,
+                                      cf_mem scratch,  /* cf_attention_fused_scratch_floats */
+                                      cf_mem dout,     /* (B, Tq, ldo) */
+                                      cf_mem q, cf_mem k, cf_mem v, cf_mem out, cf_mem lse, cf_mem key_len,
+                                      const cf_attention_dims *d, cf_dropout drop);
+
 /* Token and position embeddings: out[b,t,:] = token_scale * wte[tokens[b,t]] + pos[t], with
  * learned positions (a wpe table) or the fixed sinusoids of Vaswani et al. computed on the fly.
  * Not here: dropout on the sum (elementwise), the output projection tied to wte (gemm). */

@@ -57,6 +57,14 @@ void ref_attention_forward(double *out, double *att, const float *inp, const int
                            int B, int T, int C, int NH, cf_dropout drop);
 void ref_attention_backward(double *dinp, const float *dout, const float *inp, const int *key_mask,
                             int B, int T, int C, int NH, cf_dropout drop);
+/* The fused attention's references (cf_attention_fused_*), same strides, masks (key_len NULL:
+ * none) and dropout. Forward: out's head channels and lse (B, NH, Tq); backward: the head
+ * channels of dq, dk, dv (laid out like q, k, v; they may share one array) from dout. */
+void ref_attention_fused_forward(double *out, double *lse, const float *q, const float *k, const float *v,
+                                 const int *key_len, const cf_attention_dims *d, cf_dropout drop);
+void ref_attention_fused_backward(double *dq, double *dk, double *dv, const float *dout, const float *q,
+                                  const float *k, const float *v, const int *key_len, const cf_attention_dims *d,
+                                  cf_dropout drop);
 /* Double references (same float inputs, double arithmetic and outputs). wpe NULL: sinusoidal. */
 void ref_embedding_forward(double *out, const int *tokens, const float *wte, const float *wpe, int B, int T, int C,
                            int V, float token_scale);
