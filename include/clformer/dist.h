@@ -27,6 +27,9 @@ const cf_world *cf_dist_world(void);
  * waiting in a collective), so the whole job is aborted (MPI_Abort with exit_code) rather than
  * left to hang; a failure every rank agreed on (cf_dist_agree) ends normally. */
 void cf_dist_finalize(int failed, int exit_code);
+/* The error this rank is failing with, for the line cf_dist_finalize prints before it aborts the job
+ * ("rank R of N on HOST failed (exit E: WHY)"); without it, the library's last error, if any is left. */
+void cf_dist_failure_reason(const char *why);
 
 /* Collective: every rank passes its status; each learns whether any failed. A rank that failed gets
  * its own status back; the others get CF_ERR_MPI ("rank R on HOST failed: ...", not printed: the

@@ -75,8 +75,11 @@ static int run(cf_context *ctx, const cf_config *cfg, const char *resume, int qu
   const char *dir = resume ? resume : cfg->train.out;
   if (st != CF_OK && cf_dist_failure_agreed() == 2) return cf_exit_code(st);  /* the failing rank said why */
   if (st != CF_OK) {
+    cf_dist_failure_reason(cf_last_error());  /* before the report below probes the checkpoint */
     char hint[2300];
-    snprintf(hint, sizeof hint, "continue with clformer train --resume %s", dir);
+    int ranks = cf_dist_world()->size;  /* under mpirun, the same job resumes it */
+    if (ranks > 1) snprintf(hint, sizeof hint, "continue with mpirun -np %d clformer train --resume %s", ranks, dir);
+    else snprintf(hint, sizeof hint, "continue with clformer train --resume %s", dir);
     cf_cli_run_failed("train", &watch, st, ctx, dir, hint);
     return cf_exit_code(st);
   }

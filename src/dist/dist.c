@@ -13,6 +13,9 @@
 
 static cf_world world = {1, 0, 1, 0, 0, "localhost"};
 static int agreed_failure;
+static char failure_reason[1024];  /* cf_dist_failure_reason's, for the abort line */
+
+void cf_dist_failure_reason(const char *why) { snprintf(failure_reason, sizeof failure_reason, "%s", why ? why : ""); }
 
 const cf_world *cf_dist_world(void) { return &world; }
 int cf_dist_failure_agreed(void) { return agreed_failure; }
@@ -66,8 +69,10 @@ cf_status cf_dist_init(int *argc, char ***argv) {
 void cf_dist_finalize(int failed, int exit_code) {
   if (!world.mpi) return;
   if (failed && !agreed_failure && world.size > 1) {
-    fprintf(stderr, "clformer: rank %d of %d on %s failed (exit %d): stopping the whole job (MPI_Abort)\n", world.rank,
-            world.size, world.host, exit_code);
+    /* one line with all a reader of the job's merged output needs: who, where and why */
+    const char *why = failure_reason[0] ? failure_reason : cf_last_error();
+    fprintf(stderr, "clformer: rank %d of %d on %s failed (exit %d%s%s): stopping the whole job (MPI_Abort)\n",
+            world.rank, world.size, world.host, exit_code, why[0] ? ": " : "", why);
     fflush(NULL);
     MPI_Abort(MPI_COMM_WORLD, exit_code ? exit_code : 1);
   }
