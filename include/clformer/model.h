@@ -79,6 +79,7 @@ size_t cf_model_num_params(const cf_model *m);   /* trainable numbers */
 size_t cf_model_flat_floats(const cf_model *m);  /* length of each flat buffer (views padded to 16 floats) */
 size_t cf_model_device_bytes(const cf_model *m);  /* all buffers the model allocated */
 const cf_memory_plan *cf_model_memory_plan(const cf_model *m);  /* its plan, against its device */
+cf_context *cf_model_context(const cf_model *m);  /* the context it was made on */
 int cf_model_batch(const cf_model *m);
 int cf_model_seq_len(const cf_model *m);
 int cf_model_vocab(const cf_model *m);  /* V: logits per position */
@@ -146,6 +147,14 @@ cf_status cf_model_watch_poll(cf_model *m, int wait_latest, cf_divergence *out);
  * 2 Adam m (or SGD momentum), 3 Adam v. */
 cf_status cf_model_read(cf_model *m, int which, float *host);
 cf_status cf_model_write(cf_model *m, int which, const float *host);
+/* A flat buffer mapped for reading in place (no copy where the device shares host memory), after
+ * the queued work; *host is NULL for a buffer the optimizer does not keep. Unmap before the next
+ * step. */
+cf_status cf_model_map(cf_model *m, int which, const float **host);
+cf_status cf_model_unmap(cf_model *m, int which, const float *host);
+/* Wall-clock seconds the host has spent uploading token ids and targets (copying into host slots
+ * or filling mapped buffers, enqueueing, and waiting for a slot to come free). */
+double cf_model_upload_seconds(const cf_model *m);
 
 /* How cf_model_sample_next picks a byte. */
 typedef struct cf_sample_options {

@@ -24,6 +24,7 @@ typedef struct cf_device_info {
   unsigned long long global_mem, local_mem, max_alloc;
   size_t max_work_group;
   int fp16, fp64;
+  int host_unified;                   /* CL_DEVICE_HOST_UNIFIED_MEMORY: the device works in host memory */
 } cf_device_info;
 
 /* All devices of all platforms, in platform then device order. *list is malloc'd (free it).
@@ -62,6 +63,11 @@ cl_context cf_context_cl(const cf_context *ctx);
 cl_command_queue cf_context_queue(const cf_context *ctx);
 /* Blocks until all queued work is done. */
 cf_status cf_context_finish(cf_context *ctx);
+/* Whether host transfers map buffers (zero-copy) instead of copying them: on where the device
+ * shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: integrated GPUs, CPU devices), unless
+ * $CLFORMER_ZERO_COPY says 0 (or 1 to map on any device). Set: for benchmarks comparing both. */
+int cf_context_zero_copy(const cf_context *ctx);
+void cf_context_set_zero_copy(cf_context *ctx, int on);
 
 /* Kernel programs: the .cl sources in cl/ (embedded at build time, or read from
  * $CLFORMER_KERNEL_DIR), built once per context with a prepended #define block, cached as
@@ -177,6 +183,9 @@ static inline size_t cf_round_up(size_t n, size_t m) { return (n + m - 1) / m * 
 
 /* Device buffers: create, copy to and from the host, fill. Thin checked wrappers. */
 cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out);
+/* A buffer the host maps without a copy where the device shares its memory (CL_MEM_ALLOC_HOST_PTR),
+ * when the context maps (cf_context_zero_copy); otherwise what cf_buffer_create makes. */
+cf_status cf_buffer_create_mappable(cf_context *ctx, size_t bytes, cl_mem *out);
 void cf_buffer_free(cl_mem buf); /* NULL is a no-op */
 /* Bytes of the buffers cf_buffer_create made that the driver has not destroyed yet, all contexts
  * together (a buffer counts until its last reference goes, queued kernels' included). */
@@ -184,6 +193,10 @@ unsigned long long cf_buffer_live_bytes(void);
 /* Blocking copies of n floats (or 4-byte ints) at m. */
 cf_status cf_write(cf_context *ctx, cf_mem m, const void *src, size_t n);
 cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n);
+/* n floats at m mapped for the host to read, once the queue's work before is done (blocking);
+ * cf_unmap gives them back. The device must not write them meanwhile. */
+cf_status cf_map_read(cf_context *ctx, cf_mem m, size_t n, const float **host);
+cf_status cf_unmap(cf_context *ctx, cl_mem buf, const void *host);
 /* Set n floats at m to value (one kernel, no host copy). */
 cf_status cf_fill(cf_context *ctx, cf_mem m, float value, size_t n);
 

@@ -5,6 +5,7 @@
 #define CLFORMER_BENCH_INTERNAL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "clformer/runtime.h"
 
 struct json_t;
@@ -37,6 +38,13 @@ struct json_t *cf_bench_stats_json(cf_bench_stats s, double scale, const char *f
 /* Appends row (taking the reference) to array; a NULL row or a failed append is CF_ERR_NO_MEMORY,
  * reported as running out of memory while building the JSON report. */
 cf_status cf_bench_json_append(struct json_t *array, struct json_t *row);
+
+/* `bench step`'s host-transfer figures (bench_transfer.c): the step's uploads by copies and by maps,
+ * `steps` profiled steps each, and a checkpoint's read-out both ways; printed to out and set as the
+ * report's "transfers" (report may be NULL). The context's choice is restored after. */
+struct cf_model;
+cf_status cf_bench_transfers(cf_context *ctx, struct cf_model *m, cf_bench_fn step, void *arg, int steps, FILE *out,
+                             struct json_t *report);
 
 /* Sleeps s seconds (resumed after signals). */
 void cf_bench_pause(double s);

@@ -334,6 +334,7 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
   print_step_time(b);
   CF_TRY(profile_steps(b));
   print_breakdown(b);
+  CF_TRY(cf_bench_transfers(b->ctx, b->s.m, enqueue_step, &b->s, b->psteps, b->out, report));
   if (b->o->vs_torch) print_torch(b);
   fflush(b->out);
   return report ? step_json(b, report) : CF_OK;

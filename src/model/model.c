@@ -20,12 +20,15 @@ enum { DROP_EMB = 0, DROP_ATT_PROBS, DROP_ATT_OUT, DROP_FFN_ACT, DROP_FFN_OUT };
 /* Allocate what the layout asks for: the flat buffers, then each arena's segments. */
 static cf_status allocate(cf_model *m) {
   cf_model_flat_bytes f = cf_model_flat_sizes(m);
-  const size_t bytes[] = {f.params, f.grads, f.m1, f.m2, f.tokens, f.targets};
-  cl_mem *mems[] = {&m->params, &m->grads, &m->m1, &m->m2, &m->tokens, &m->targets};
-  for (int i = 0; i < 6; i++) {
+  const size_t bytes[] = {f.params, f.grads, f.m1, f.m2};
+  cl_mem *mems[] = {&m->params, &m->grads, &m->m1, &m->m2};
+  for (int i = 0; i < 4; i++) {
     CF_TRY(cf_buffer_create(m->ctx, bytes[i], mems[i]));
     m->bytes += bytes[i];
   }
+  CF_TRY(cf_upload_create(m->ctx, &m->tokens, "token ids", f.tokens / sizeof(int)));
+  CF_TRY(cf_upload_create(m->ctx, &m->targets, "targets", f.targets / sizeof(int)));
+  m->bytes += f.tokens + f.targets;
   cf_arena *arenas[] = {&m->acts, &m->scratch};
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < arenas[k]->n; i++) {
@@ -78,14 +81,10 @@ cf_status cf_model_create(cf_context *ctx, const cf_model_config *mc, const cf_o
 void cf_model_free(cf_model *m) {
   if (!m) return;
   cf_model_watch_release(m);
-  cl_mem mems[] = {m->params, m->grads, m->m1, m->m2, m->tokens, m->targets};
-  for (int i = 0; i < 6; i++) cf_buffer_free(mems[i]);
-  struct staging *stages[] = {&m->stage_tokens, &m->stage_targets};
-  for (int i = 0; i < 2; i++)
-    for (int k = 0; k < 2; k++) {
-      if (stages[i]->ev[k]) { clWaitForEvents(1, &stages[i]->ev[k]); CF_RELEASE(clReleaseEvent, stages[i]->ev[k]); }
-      free(stages[i]->host[k]);
-    }
+  cl_mem mems[] = {m->params, m->grads, m->m1, m->m2};
+  for (int i = 0; i < 4; i++) cf_buffer_free(mems[i]);
+  cf_upload_free(&m->tokens);
+  cf_upload_free(&m->targets);
   cf_model_lay_out_free(m);
   free(m);
 }
@@ -105,6 +104,7 @@ size_t cf_model_num_params(const cf_model *m) {
 size_t cf_model_device_bytes(const cf_model *m) { return m->bytes; }
 const cf_memory_plan *cf_model_memory_plan(const cf_model *m) { return &m->plan; }
 size_t cf_model_flat_floats(const cf_model *m) { return m->nparams; }
+cf_context *cf_model_context(const cf_model *m) { return m->ctx; }
 int cf_model_batch(const cf_model *m) { return m->B; }
 int cf_model_seq_len(const cf_model *m) { return m->T; }
 int cf_model_vocab(const cf_model *m) { return m->V; }
@@ -368,22 +368,6 @@ static cf_status block_backward(cf_model *m, int l) {
 
 /* ---------- the model ---------- */
 
-/* Upload n ints without waiting for the queue to drain. */
-static cf_status stage_write(cf_model *m, struct staging *s, cl_mem dst, const int *src, size_t n) {
-  int k = s->next;
-  s->next ^= 1;
-  if (s->ev[k]) {
-    CF_CHECK(clWaitForEvents(1, &s->ev[k]));
-    CF_RELEASE(clReleaseEvent, s->ev[k]);
-    s->ev[k] = NULL;
-  }
-  if (!s->host[k] && !(s->host[k] = malloc(n * sizeof(int)))) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  memcpy(s->host[k], src, n * sizeof(int));
-  CF_CHECK(clEnqueueWriteBuffer(cf_context_queue(m->ctx), dst, CL_FALSE, 0, n * sizeof(int), s->host[k], 0, NULL,
-                                &s->ev[k]));
-  return CF_OK;
-}
-
 static float token_scale(const cf_model *m) { return m->mc.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
 
 /* An accumulated step's mean loss: the parts' losses summed into step_loss, divided at the last. */
@@ -425,8 +409,8 @@ cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targe
   m->part = part;
   m->parts = parts;
   m->train = train;
-  CF_TRY(stage_write(m, &m->stage_tokens, m->tokens, inputs, (size_t)N));
-  CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(m->tokens, 0), P(m->wte),
+  CF_TRY(cf_upload_put(&m->tokens, inputs));
+  CF_TRY(cf_embedding_forward(m->ctx, A(m->emb), cf_at(cf_upload_current(&m->tokens), 0), P(m->wte),
                               m->wpe == SIZE_MAX ? absent() : P(m->wpe), m->B, m->T, C, V, token_scale(m)));
   CF_TRY(cf_dropout_forward(m->ctx, A(m->emb), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->mc.dropout)));
   for (int l = 0; l < m->L; l++) CF_TRY(block_forward(m, l));
@@ -438,11 +422,11 @@ cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targe
   m->count = 0;
   if (!targets) return CF_OK;
   m->count = cf_crossentropy_count(targets, N, -1);
-  CF_TRY(stage_write(m, &m->stage_targets, m->targets, targets, (size_t)N));
+  CF_TRY(cf_upload_put(&m->targets, targets));
   /* the loss and, in the same pass over the logits, their gradient for a backward that may follow
    * (over `parts` micro-batches of equal count: the step's mean is the mean of their means) */
   CF_TRY(cf_crossentropy_forward_backward(m->ctx, A(m->loss), A(m->losses), A(m->dlogits), A(m->logits),
-                                          cf_at(m->targets, 0), N, V, (float)m->mc.label_smoothing, -1,
+                                          cf_at(cf_upload_current(&m->targets), 0), N, V, (float)m->mc.label_smoothing, -1,
                                           1.0f / ((float)m->count * (float)total)));
   return step_loss(m);
 }
@@ -471,7 +455,7 @@ cf_status cf_model_backward_add(cf_model *m) {
   for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
   CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->mc.dropout)));
   return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), S(m->s_stream),
-                               cf_at(m->tokens, 0), m->B, m->T, C, V, token_scale(m));
+                               cf_at(cf_upload_current(&m->tokens), 0), m->B, m->T, C, V, token_scale(m));
 }
 
 cf_status cf_model_global_grad_norm(cf_model *m) {
@@ -538,4 +522,14 @@ cf_status cf_model_read(cf_model *m, int which, float *host) {
 cf_status cf_model_write(cf_model *m, int which, const float *host) {
   if (!flat_present(m, which)) return CF_OK;
   return cf_write(m->ctx, cf_at(flat(m, which), 0), host, m->nparams);
+}
+
+cf_status cf_model_map(cf_model *m, int which, const float **host) {
+  *host = NULL;
+  if (!flat_present(m, which)) return CF_OK;
+  return cf_map_read(m->ctx, cf_at(flat(m, which), 0), m->nparams, host);
+}
+
+cf_status cf_model_unmap(cf_model *m, int which, const float *host) {
+  return host ? cf_unmap(m->ctx, flat(m, which), host) : CF_OK;
 }

@@ -45,6 +45,33 @@ typedef struct layer_acts {
   size_t qkv, qkvp, att, atty, h, a;
 } layer_acts;
 
+/* A per-step upload of n ints to the device, double-buffered so that no step waits for the one
+ * before it (model/transfer.c). Copying: the ints go to a host slot and a non-blocking write
+ * takes them to slot[0]. Mapping (zero-copy): the device buffers slot[0] and slot[1] are filled in
+ * place, alternately, each mapped ahead of its turn. */
+typedef struct cf_upload {
+  cf_context *ctx;
+  const char *name;    /* "token ids", "targets": in messages and profiles */
+  size_t n;
+  cl_mem slot[2];      /* slot[1]: made when first mapping */
+  int *host[2];        /* copying: the host slots */
+  cl_event written[2]; /* copying: the slot's write */
+  void *ahead[2];      /* mapping: where the slot is mapped ahead of its turn, or NULL */
+  cl_event mapped[2];  /* mapping: that map's completion */
+  int next, current;   /* the slot the next upload fills, the one the last filled */
+  int mapping;         /* the way of the uploads so far */
+  double host_s;       /* wall-clock seconds spent in cf_upload_put, all uploads */
+} cf_upload;
+
+/* The first slot made (mappable when the context maps); uploads follow the context's choice. */
+cf_status cf_upload_create(cf_context *ctx, cf_upload *u, const char *name, size_t n);
+/* n ints from host into the next slot, ordered before the compute queue's next command. */
+cf_status cf_upload_put(cf_upload *u, const int *host);
+/* The device buffer the last upload filled. */
+static inline cl_mem cf_upload_current(const cf_upload *u) { return u->slot[u->current]; }
+/* Waits for what is pending and releases everything (a zeroed upload too). */
+void cf_upload_free(cf_upload *u);
+
 struct cf_model {
   cf_context *ctx;
   cf_model_config mc;
@@ -62,10 +89,7 @@ struct cf_model {
   layer_acts *la;
   size_t emb, lnf_out, lnf_mean, lnf_rstd, logits, dlogits, losses, loss, grad_norm;
   size_t watch_state, watch_flags, watch_table;  /* the divergence watch (model/watch.c) */
-  cl_mem tokens, targets;  /* int (B, T) */
-  /* Host staging for their uploads, two slots each: the writes are non-blocking (no sync point
-   * per step) and a slot is reused only after its previous write has completed. */
-  struct staging { int *host[2]; cl_event ev[2]; int next; } stage_tokens, stage_targets;
+  cf_upload tokens, targets; /* int (B, T) each, uploaded per forward (model/transfer.c) */
   cf_arena scratch;        /* workspaces: attention's, then backward's */
   size_t s_attn, s_branch, s_stream, s_res, s_wide, s_dqkv, s_norm;
   size_t bytes;

@@ -14,20 +14,28 @@ static void CL_CALLBACK count_out(cl_mem buf, void *bytes) {
 
 unsigned long long cf_buffer_live_bytes(void) { return atomic_load(&live_bytes); }
 
-cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out) {
+static cf_status create(cf_context *ctx, cl_mem_flags flags, size_t bytes, cl_mem *out) {
   *out = NULL;
   if (bytes == 0) bytes = 4;  /* zero-size buffers are invalid in OpenCL; keep callers simple */
   if (bytes > ctx->info.max_alloc)
     return CF_FAIL(CL_INVALID_BUFFER_SIZE, "a buffer of %zu bytes exceeds the device's largest allocation (%llu bytes)",
                    bytes, ctx->info.max_alloc);
   cl_int err;
-  *out = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  *out = clCreateBuffer(ctx->cl, flags, bytes, NULL, &err);
   if (err != CL_SUCCESS)
     return cf_report(err, "clCreateBuffer", __FILE__, __LINE__, "%zu bytes (%.1f MiB) asked for", bytes,
                      (double)bytes / 1048576.0);
   if (clSetMemObjectDestructorCallback(*out, count_out, (void *)(uintptr_t)bytes) == CL_SUCCESS)
     atomic_fetch_add(&live_bytes, bytes);
   return CF_OK;
+}
+
+cf_status cf_buffer_create(cf_context *ctx, size_t bytes, cl_mem *out) {
+  return create(ctx, CL_MEM_READ_WRITE, bytes, out);
+}
+
+cf_status cf_buffer_create_mappable(cf_context *ctx, size_t bytes, cl_mem *out) {
+  return create(ctx, CL_MEM_READ_WRITE | (ctx->zero_copy ? CL_MEM_ALLOC_HOST_PTR : 0), bytes, out);
 }
 
 void cf_buffer_free(cl_mem buf) { CF_RELEASE(clReleaseMemObject, buf); }
@@ -41,6 +49,18 @@ cf_status cf_write(cf_context *ctx, cf_mem m, const void *src, size_t n) {
 cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n) {
   if (n == 0) return CF_OK;
   CF_CHECK(clEnqueueReadBuffer(ctx->queue, m.buf, CL_TRUE, m.off * 4, n * 4, dst, 0, NULL, NULL));
+  return CF_OK;
+}
+
+cf_status cf_map_read(cf_context *ctx, cf_mem m, size_t n, const float **host) {
+  cl_int err;
+  *host = clEnqueueMapBuffer(ctx->queue, m.buf, CL_TRUE, CL_MAP_READ, m.off * 4, (n ? n : 1) * 4, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS) return cf_report(err, "clEnqueueMapBuffer", __FILE__, __LINE__, "%zu bytes to read", n * 4);
+  return CF_OK;
+}
+
+cf_status cf_unmap(cf_context *ctx, cl_mem buf, const void *host) {
+  CF_CHECK(clEnqueueUnmapMemObject(ctx->queue, buf, (void *)host, 0, NULL, NULL));
   return CF_OK;
 }
 

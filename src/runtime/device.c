@@ -57,6 +57,10 @@ static cf_status fill_info(cf_device_info *di, cl_platform_id p, cl_device_id d,
   CF_CHECK(clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof di->max_work_group, &di->max_work_group, NULL));
   di->fp16 = has_extension(d, "cl_khr_fp16");
   di->fp64 = has_extension(d, "cl_khr_fp64");
+  /* Deprecated since OpenCL 2.0 but still answered; a driver that refuses it is taken as discrete. */
+  cl_bool unified = CL_FALSE;
+  if (clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) == CL_SUCCESS)
+    di->host_unified = unified == CL_TRUE;
   return CF_OK;
 }
 
@@ -253,6 +257,17 @@ static cl_int item_sizes(const cf_device_info *d, size_t out[3]) {
   return err;
 }
 
+/* Map rather than copy where the device works in host memory, unless $CLFORMER_ZERO_COPY says. */
+static cf_status zero_copy_choice(const cf_device_info *d, int *on) {
+  const char *v = getenv("CLFORMER_ZERO_COPY");
+  *on = d->host_unified;
+  if (!v || !*v || !strcmp(v, "auto")) return CF_OK;
+  if (strcmp(v, "0") && strcmp(v, "1"))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "CLFORMER_ZERO_COPY must be auto, 0 or 1, not '%s'", v);
+  *on = v[0] == '1';
+  return CF_OK;
+}
+
 cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
   *out = NULL;
   cf_device_info *list;
@@ -277,6 +292,7 @@ cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
   ctx->kernel_wg_floor = ctx->info.max_work_group;
   ctx->wg = pick_wg(ctx->info.max_work_group);
   ctx->cpu_shapes = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  if ((st = zero_copy_choice(&ctx->info, &ctx->zero_copy)) != CF_OK) goto fail;
   const char *shapes = getenv("CLFORMER_KERNEL_SHAPES");
   if (shapes && *shapes && strcmp(shapes, "auto")) {
     if (strcmp(shapes, "gpu") && strcmp(shapes, "cpu")) {
@@ -313,12 +329,27 @@ void cf_context_free(cf_context *ctx) {
   cf_profile_collect(ctx, NULL, 0);
   free(ctx->prof);
   if (ctx->queue) clFinish(ctx->queue);
+  if (ctx->transfer_queue) clFinish(ctx->transfer_queue);
+  CF_RELEASE(clReleaseCommandQueue, ctx->transfer_queue);
   CF_RELEASE(clReleaseCommandQueue, ctx->queue);
   CF_RELEASE(clReleaseContext, ctx->cl);
   free(ctx);
 }
 
 const cf_device_info *cf_context_device(const cf_context *ctx) { return &ctx->info; }
+int cf_context_zero_copy(const cf_context *ctx) { return ctx->zero_copy; }
+void cf_context_set_zero_copy(cf_context *ctx, int on) { ctx->zero_copy = on != 0; }
+
+cf_status cf_context_transfer_queue(cf_context *ctx, cl_command_queue *out) {
+  if (!ctx->transfer_queue) {
+    cl_int err;
+    ctx->transfer_queue = clCreateCommandQueue(ctx->cl, ctx->info.device,
+                                               ctx->profiling ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
+    if (err != CL_SUCCESS) return cf_report(err, "clCreateCommandQueue", __FILE__, __LINE__, "the transfer queue");
+  }
+  *out = ctx->transfer_queue;
+  return CF_OK;
+}
 
 void *cf_context_ext(const cf_context *ctx, const void *key) {
   for (int i = 0; i < CF_CONTEXT_EXT_SLOTS; i++)

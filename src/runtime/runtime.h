@@ -22,6 +22,8 @@ struct cf_context {
   cf_device_info info;
   cl_context cl;
   cl_command_queue queue;
+  cl_command_queue transfer_queue; /* host transfers that must not wait for the compute queue (made on first use) */
+  int zero_copy;                   /* cf_context_zero_copy */
   int profiling;
   size_t wg;                     /* CF_WG: work-group size for reductions */
   size_t max_item[3];            /* CL_DEVICE_MAX_WORK_ITEM_SIZES, the first three dimensions */
@@ -48,6 +50,10 @@ cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_c
 /* The state under key, made on first use: `bytes` zeroed bytes, released with free() with the
  * context (for state that holds no resources of its own). */
 cf_status cf_context_ext_zeroed(cf_context *ctx, const void *key, size_t bytes, void **out);
+
+/* The second queue on the device, for maps that must not wait behind the compute queue's work
+ * (an in-order queue runs a map after everything enqueued before it); made on first use. */
+cf_status cf_context_transfer_queue(cf_context *ctx, cl_command_queue *out);
 
 /* Cache housekeeping (src/runtime/cache.c): mark an entry used (a hit), and prune with the default limits
  * (after a write). */

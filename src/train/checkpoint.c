@@ -8,28 +8,66 @@
 
 #define FORMAT "clformer-checkpoint-1"
 
+/* The parameters and the optimizer's moments for a checkpoint: mapped where the context maps (the
+ * file is written straight from device memory the host shares), else read into host memory. A
+ * moment the optimizer does not keep is zeros. */
+typedef struct saved_state {
+  const float *part[3];  /* parameters, m1, m2 */
+  int mapped[3];
+  float *host;           /* the copies, or the zeros */
+} saved_state;
+
+static const int SAVED_FLATS[3] = {0, 2, 3};  /* cf_model_read's `which` of each part */
+
+static cf_status state_get(cf_model *m, saved_state *s) {
+  size_t P = cf_model_flat_floats(m);
+  memset(s, 0, sizeof *s);
+  int copy = !cf_context_zero_copy(cf_model_context(m));
+  if (!(s->host = calloc(copy ? 3 * P : P, sizeof *s->host))) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int k = 0; k < 3; k++) {
+    if (copy) {
+      CF_TRY(cf_model_read(m, SAVED_FLATS[k], s->host + k * P));
+      s->part[k] = s->host + k * P;
+      continue;
+    }
+    CF_TRY(cf_model_map(m, SAVED_FLATS[k], &s->part[k]));
+    s->mapped[k] = s->part[k] != NULL;
+    if (!s->part[k]) s->part[k] = s->host;  /* not kept: zeros */
+  }
+  return CF_OK;
+}
+
+static cf_status state_put_back(cf_model *m, saved_state *s) {
+  cf_status st = CF_OK;
+  for (int k = 0; k < 3; k++)
+    if (s->mapped[k]) {
+      cf_status u = cf_model_unmap(m, SAVED_FLATS[k], s->part[k]);
+      if (st == CF_OK) st = u;
+    }
+  free(s->host);
+  return st;
+}
+
 cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_state *st, const char *path) {
   size_t P = cf_model_flat_floats(m);
   int nv = cf_model_num_views(m);
-  float *host = malloc(3 * P * sizeof *host);
+  saved_state state;
   cf_st_tensor *t = calloc((size_t)nv + 2, sizeof *t);
   char *yaml = NULL;
   size_t yaml_len = 0;
-  cf_status s = CF_OK;
-  if (!host || !t) { s = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
-  if ((s = cf_model_read(m, 0, host)) != CF_OK) goto done;
-  if ((s = cf_model_read(m, 2, host + P)) != CF_OK) goto done;
-  if ((s = cf_model_read(m, 3, host + 2 * P)) != CF_OK) goto done;
+  cf_status s = state_get(m, &state);
+  if (s == CF_OK && !t) s = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (s != CF_OK) goto done;
   for (int i = 0; i < nv; i++) {
     const cf_tensor_view *v = cf_model_view(m, i);
     t[i].name = v->name;
-    t[i].data = host + v->off;
+    t[i].data = state.part[0] + v->off;
     t[i].ndim = v->ndim;
     t[i].shape[0] = v->shape[0];
     t[i].shape[1] = v->shape[1];
   }
-  t[nv] = (cf_st_tensor){"optimizer.m1", host + P, 1, {(int64_t)P}};
-  t[nv + 1] = (cf_st_tensor){"optimizer.m2", host + 2 * P, 1, {(int64_t)P}};
+  t[nv] = (cf_st_tensor){"optimizer.m1", state.part[1], 1, {(int64_t)P}};
+  t[nv + 1] = (cf_st_tensor){"optimizer.m2", state.part[2], 1, {(int64_t)P}};
   FILE *f = open_memstream(&yaml, &yaml_len);
   if (!f) { s = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto done; }
   cf_config_write(cfg, f);
@@ -45,11 +83,11 @@ cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_s
                            {"step", step}, {"best_valid", best}, {"best_step", best_step}, {"wall_s", wall},
                            {"diverged_step", div}, {"world_size", world}};
   s = cf_safetensors_write(path, t, nv + 2, meta, (int)(sizeof meta / sizeof meta[0]));
-done:
+done:;
+  cf_status back = state_put_back(m, &state);
   free(yaml);
-  free(host);
   free(t);
-  return s;
+  return s != CF_OK ? s : back;
 }
 
 /* ---------- loading: everything is checked before the model or the state is touched ---------- */
@@ -171,10 +209,9 @@ static cf_status load_tensors(cf_model *m, const cf_st_file *f, const char *path
   for (size_t i = 0; i < P && s == CF_OK; i++)
     if (!isfinite(host[i])) s = CF_FAIL(CF_ERR_CHECKPOINT, "%s: weights contain NaN or Inf", path);
   if (s == CF_OK) s = cf_model_write(m, 0, host);
-  if (s == CF_OK) memcpy(host, cf_safetensors_find(f, "optimizer.m1")->data, P * sizeof *host);
-  if (s == CF_OK) s = cf_model_write(m, 2, host);
-  if (s == CF_OK) memcpy(host, cf_safetensors_find(f, "optimizer.m2")->data, P * sizeof *host);
-  if (s == CF_OK) s = cf_model_write(m, 3, host);
+  /* the moments are one run each in the file: written from it as they are */
+  if (s == CF_OK) s = cf_model_write(m, 2, cf_safetensors_find(f, "optimizer.m1")->data);
+  if (s == CF_OK) s = cf_model_write(m, 3, cf_safetensors_find(f, "optimizer.m2")->data);
   free(host);
   return s;
 }

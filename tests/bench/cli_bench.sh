@@ -43,6 +43,17 @@ if sys.argv[2] == "step":
     # 6 N P + 12 L B T^2 C with N 64, P = 4*32^2 + 2*32*64 + 256*32, L 1, B 4, T 16, C 32
     if s["flops_per_step"] != 6 * 64 * (4 * 32 * 32 + 2 * 32 * 64 + 256 * 32) + 12 * 4 * 16 * 16 * 32:
         missing.append("flops_per_step")
+    # host transfers both ways: 2 x B T ints a step; the read-out's statistics ordered; the way in force is
+    # the device's (PoCL shares host memory) unless CLFORMER_ZERO_COPY says
+    t = d.get("transfers") or {}
+    if t.get("upload_kib") != 0.5: missing.append("transfers.upload_kib")
+    if t.get("in_force") != ("map" if t.get("host_unified") else "copy"): missing.append("transfers.in_force")
+    for way in ("map", "copy"):
+        u, r = t.get("upload", {}).get(way, {}), t.get("checkpoint_readout_ms", {}).get(way, {})
+        if not (u.get("host_ms", -1) >= 0 and u.get("step_ms", 0) > 0): missing.append(f"transfers.upload.{way}")
+        if u.get("unavailable") is None and not (u.get("device_ms", -1) >= 0 and u.get("commands") == (4 if way == "map" else 2)):
+            missing.append(f"transfers.upload.{way} commands")
+        if not (0 < r.get("min", 0) <= r.get("median", 0) <= r.get("max", 0)): missing.append(f"transfers.readout.{way}")
     ops = s["breakdown"]["ops"]
     names = [o["name"] for o in ops]
     if not any(n.startswith("gemm") or n.startswith("clblast") for n in names): missing.append("GEMM in breakdown")
