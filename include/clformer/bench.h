@@ -31,4 +31,9 @@ typedef struct cf_bench_step_options {
 /* Prints the results; adds "step" to report. */
 cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *tables,
                         struct json_t *report);
+/* `bench step` under mpirun (bench/bench_world.c): rank 0 alone, then every rank data-parallel, the
+ * same model and per-rank batch; per rank step times, tokens/s and time in the gradient exchange, the
+ * world's tokens/s and scaling efficiency. Collective; rank 0 prints to tables and adds "world". */
+cf_status cf_bench_step_world(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *opts, FILE *tables,
+                              struct json_t *report);
 #endif

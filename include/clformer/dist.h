@@ -56,6 +56,10 @@ cf_status cf_dist_gather_text(const char *mine, char *all, size_t len);
 cf_status cf_dist_gather_double(double mine, double *all);
 /* Collective: a barrier (no rank passes it before all arrive). */
 cf_status cf_dist_barrier(void);
+/* The same, waiting idle (a non-blocking barrier polled every millisecond) rather than spinning as
+ * MPI's own wait does, so that ranks waiting for one at work leave it the cores (a benchmark's
+ * single-rank baseline). */
+cf_status cf_dist_barrier_idle(void);
 
 /* The device this rank uses: among the devices spec matches ("auto": every device of the type auto
  * would choose; "P:D": that one; a type or a name: every device of that type or with that text), the

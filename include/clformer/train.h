@@ -162,14 +162,16 @@ cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *ta
 /* Data parallelism (clformer/dist.h): a step whose gradients are summed over the world's ranks
  * before the norm, the watch and the update. host: room for the flat gradients and the loss (NULL in
  * a world of one: nothing to share); wait_s: seconds inside MPI's collectives, sync_s: the whole
- * exchange (device reads and writes too), both summed over steps. */
+ * exchange (device reads and writes too, timed from the end of the step's backward on the device),
+ * both summed over steps. */
 typedef struct cf_grad_sync {
+  cf_context *ctx;  /* the model's */
   float *host;
   size_t floats;
   double wait_s, sync_s;
 } cf_grad_sync;
 #define CF_DIST_BUCKET_FLOATS ((size_t)1 << 20)  /* 4 MiB buckets in the all-reduce */
-cf_status cf_grad_sync_init(cf_grad_sync *g, cf_model *m);
+cf_status cf_grad_sync_init(cf_grad_sync *g, cf_context *ctx, cf_model *m);
 void cf_grad_sync_free(cf_grad_sync *g);
 /* cf_train_step_accumulate on this rank's share of the step (cf_model_set_shard), with the world's
  * gradients and mean loss put in place of its own before the norm (so the clipping norm, the watch

@@ -54,6 +54,13 @@
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
  *                           clformer is faster)}
+ *   world                  (step under mpirun, in place of step: bench/bench_world.c) {"ranks", "tokens_per_rank"
+ *                           (each rank's batch_size * seq_len), "warmup", "steps", "alone": {"step_ms", "tokens_per_s"}
+ *                           (rank 0 alone, the others idle), "per_rank": [{"rank", "host_device", "step_ms",
+ *                           "tokens_per_s", "exchange_ms" (median per step: gradients to the host, all-reduce, back),
+ *                           "mpi_ms" (of which inside MPI, waiting for the other ranks included)}], "tokens_per_s"
+ *                           (ranks * tokens_per_rank / the slowest rank's median step), "efficiency" (tokens_per_s /
+ *                           (ranks * alone's))}
  * tools/compare_bench.py renders several such files as one Markdown table. */
 #include <errno.h>
 #include <jansson.h>
@@ -66,6 +73,7 @@
 #include "app/cli.h"
 #include "bench/host_probe.h"
 #include "clformer/bench.h"
+#include "clformer/dist.h"
 #include "runtime/runtime.h"
 
 int cmd_bench(int argc, char **argv);
@@ -88,7 +96,10 @@ static const char *usage =
     "           its default parameters first, when `clformer tune` stored tuned ones)\n"
     "  step     a full training step of the config's model: median [min, max] step time, tokens/s,\n"
     "           GFLOP/s of its matrix products, the start-up time (command start to the end of the first\n"
-    "           step) and a per-kernel breakdown from OpenCL profiling events\n"
+    "           step) and a per-kernel breakdown from OpenCL profiling events; under mpirun, rank 0\n"
+    "           alone, then every rank data-parallel (its own batch, gradients summed each step): each\n"
+    "           rank's step time, tokens/s and time in the exchange, the world's tokens/s and the scaling\n"
+    "           efficiency against rank 0 alone\n"
     "  all      gemm, kernels and step\n"
     "\n"
     "  --device SPEC     auto | P:D | gpu | cpu | accelerator | part of a device or platform name\n"
@@ -257,6 +268,35 @@ static cf_status write_report(json_t *report, FILE *json, const char *json_path,
   return st == CF_OK ? ws : st;
 }
 
+/* Under mpirun: `bench step` data-parallel (bench_world.c), every rank on its device, rank 0 alone
+ * printing and writing --json; anything else times one device, so every rank refuses it (agreed). */
+static int run_world(bench_args *a, const cf_config *cfg) {
+  const cf_world *w = cf_dist_world();
+  if (strcmp(a->what, "step") || a->so.vs_torch) {
+    if (w->rank == 0)
+      fprintf(stderr, "clformer bench: under mpirun (%d ranks) only `bench step` runs (data parallel, without "
+              "--vs-torch); %s times one device: run it without mpirun\n", w->size,
+              a->so.vs_torch ? "--vs-torch" : a->what);
+    cf_dist_agree(CF_ERR_CONFIG);
+    return 2;
+  }
+  FILE *json = NULL;
+  if (w->rank == 0 && a->json_path && !(json = open_json(a->json_path))) return cf_exit_code(cf_dist_agree(CF_ERR_IO));
+  cf_context *ctx;
+  cf_status st = cf_dist_agree(CF_OK);
+  if (st == CF_OK) st = cf_cli_rank_context(cf_device_spec_resolve(a->spec, cfg->device), 0, 0, &ctx);
+  if (st != CF_OK) {
+    if (json && json != stdout) fclose(json);
+    return cf_exit_code(st);
+  }
+  json_t *report = json ? report_head(ctx, -1) : NULL;
+  if (json && !report) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory building the JSON report");
+  if (st == CF_OK) st = cf_bench_step_world(ctx, cfg, &a->so, json == stdout ? stderr : stdout, report);
+  if (json) st = write_report(report, json, a->json_path, st);
+  cf_context_free(ctx);
+  return cf_exit_code(st);
+}
+
 int cmd_bench(int argc, char **argv) {
   double t_start = cf_now();
   bench_args a;
@@ -266,6 +306,7 @@ int cmd_bench(int argc, char **argv) {
   cf_config cfg;
   rc = cf_cli_load_model_config(&cfg, a.config, a.sets, a.nsets);
   if (rc) return rc;
+  if (cf_dist_world()->size > 1) return run_world(&a, &cfg);
   FILE *json = a.json_path ? open_json(a.json_path) : NULL;
   if (a.json_path && !json) return 2;
   cf_context_options o = {.device_spec = cf_device_spec_resolve(a.spec, cfg.device), .profiling = 1};

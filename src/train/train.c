@@ -62,8 +62,9 @@ cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *ta
   return cf_train_step_shared(m, inputs, targets, parts, step, lr, loss_acc, NULL);
 }
 
-cf_status cf_grad_sync_init(cf_grad_sync *g, cf_model *m) {
+cf_status cf_grad_sync_init(cf_grad_sync *g, cf_context *ctx, cf_model *m) {
   memset(g, 0, sizeof *g);
+  g->ctx = ctx;
   g->floats = cf_model_flat_floats(m) + 1;
   if (cf_dist_world()->size > 1 && !(g->host = malloc(g->floats * sizeof *g->host)))
     return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
@@ -79,6 +80,7 @@ void cf_grad_sync_free(cf_grad_sync *g) {
  * and its loss averaged, through the host in one fixed-order all-reduce; the device's gradients
  * and step loss replaced by the world's, the same bits on every rank. */
 static cf_status sync_grads(cf_model *m, cf_grad_sync *g) {
+  CF_TRY(cf_context_finish(g->ctx));  /* the backward done: sync_s counts the exchange alone */
   double t0 = cf_now();
   size_t n = g->floats - 1;
   CF_TRY(cf_model_read(m, 1, g->host));
@@ -387,7 +389,7 @@ static cf_status prepare(run *r) {
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
   const cf_world *w = cf_dist_world();
   CF_TRY(cf_model_set_shard(r->m, w->rank * cfg->train.accumulate, w->size * cfg->train.accumulate));
-  CF_TRY(cf_grad_sync_init(&r->sync, r->m));
+  CF_TRY(cf_grad_sync_init(&r->sync, r->ctx, r->m));
   r->ts = (cf_train_state){0, INFINITY, 0, 0, 0, 0};
   /* a resume: rank 0 reads the checkpoint and hands it to the others (share_state) */
   if (r->from_checkpoint && r->writer) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts, &r->complete));

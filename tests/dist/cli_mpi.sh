@@ -16,6 +16,10 @@
 #  - only rank 0 writes the run directory; a 2-rank checkpoint resumes on 1 rank (accumulate 2) on
 #    the same curve;
 #  - kill -9 of one rank: mpirun ends non-zero within 30 s saying so, and the checkpoint resumes;
+#  - bench step under mpirun: rank 0 alone, then both ranks data-parallel; one table (rank 0's) with
+#    every rank's step time, tokens/s and time in the exchange, the world's tokens/s and the scaling
+#    efficiency, and the same in --json (world.tokens_per_s = 2 x 128 / the slower rank's median);
+#    bench kernels is refused there, said once;
 #  - any other command (compare here) is refused under mpirun, said once.
 bin=$1 src=$2
 source "$src/tests/lib/cli.sh"
@@ -84,8 +88,26 @@ ck=$(awk -F, 'NR > 1 && $1 % 20 == 0 { s = $1 } END { print s + 0 }' k/metrics.c
 out=$(mpi train --resume k --set train.steps=$((ck + 4)) 2>&1); rc=$?
 [[ $ck -gt 0 && $rc -eq 0 && "$out" == *"resuming after step $ck of $((ck + 4))"* && "$out" == *"done:"* ]] \
   && ok "the killed job's checkpoint (step $ck) resumes" || bad "resume after kill (checkpoint $ck): rc=$rc $out"
+# bench step: the 1-rank baseline and the world in one job
+out=$(mpi bench step --config tiny.yaml --steps 10 --warmup 2 --json b.json 2>&1); rc=$?
+[[ $rc -eq 0 && $(grep -c '^1 rank (rank 0 alone' <<<"$out") -eq 1 && $(grep -c '^world: .* tokens/s .*scaling efficiency' <<<"$out") -eq 1 \
+   && $(grep -cE '^  [01] +[^ ].* [0-9.]+ \[[0-9.]+, [0-9.]+\] +[0-9]+ +[0-9.]+ +[0-9.]+$' <<<"$out") -eq 2 ]] \
+  && ok "bench step under mpirun: 1 rank alone, then a row per rank and the world's figures, printed once" \
+  || bad "bench step: rc=$rc $out"
+python3 - b.json <<'PY' && ok "bench step --json: world.tokens_per_s, efficiency and per-rank rows agree" || bad "bench json: $(cat b.json)"
+import json, sys
+w = json.load(open(sys.argv[1]))["world"]
+slow = max(r["step_ms"]["median"] for r in w["per_rank"])
+assert w["ranks"] == 2 and len(w["per_rank"]) == 2 and w["tokens_per_rank"] == 128, w
+assert abs(w["tokens_per_s"] - 2 * 128 / (slow / 1e3)) <= 1e-3 * w["tokens_per_s"], w
+assert abs(w["efficiency"] - w["tokens_per_s"] / (2 * w["alone"]["tokens_per_s"])) <= 1e-3, w
+assert all(0 <= r["mpi_ms"] <= r["exchange_ms"] + 0.01 <= r["step_ms"]["median"] for r in w["per_rank"]), w
+PY
+out=$(mpi bench kernels 2>&1); rc=$?
+[[ $rc -eq 2 && $(grep -c "only \`bench step\` runs" <<<"$out") -eq 1 ]] && ok "bench kernels under mpirun is refused, said once" \
+  || bad "bench kernels under mpirun: rc=$rc $out"
 # every other command runs as one process: refused under mpirun, said once, nothing written
 out=$(mpi compare tiny.yaml --out cmp 2>&1); rc=$?
-[[ $rc -ne 0 && $(grep -c "runs as one process; under mpirun (2 ranks) only \`train\`" <<<"$out") -eq 1 && ! -e cmp ]] \
+[[ $rc -ne 0 && $(grep -c "runs as one process; under mpirun (2 ranks) only \`train\` and \`bench step\`" <<<"$out") -eq 1 && ! -e cmp ]] \
   && ok "compare under mpirun is refused, said once, nothing written" || bad "compare under mpirun: rc=$rc $out"
 exit $fail
