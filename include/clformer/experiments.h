@@ -23,10 +23,15 @@ typedef struct cf_compare_options {
   int report_only;             /* train nothing; rewrite the summary from the runs present */
   FILE *report;                /* one line per skipped or diverged run and the files written; NULL: none */
   cf_train_hooks hooks;        /* every run's progress; a stop request ends the comparison after that run */
+  /* The device of this process (under mpirun: of this rank; the app's choice, which says so); NULL:
+   * cf_context_create of the spec */
+  cf_status (*make_context)(const char *spec, cf_context **ctx);
 } cf_compare_options;
 /* Runs the comparison's variants in turn (each a training run that reports its own progress) and
  * writes OUT/summary.md, summary.json and curves.svg. *interrupted is set when a run stopped on a
- * signal (its checkpoint saved); the report is still written. */
+ * signal (its checkpoint saved); the report is still written. Under mpirun (clformer/dist.h) every
+ * rank runs each variant in turn, data-parallel (cf_train); rank 0 alone looks into OUT (what to
+ * skip or resume is its decision, sent to the others) and writes the runs and the report. */
 cf_status cf_compare(const cf_compare_options *opts, int *interrupted);
 
 /* Checks a comparison file as cf_compare reads it, the --set overrides on its base, without training:

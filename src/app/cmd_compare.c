@@ -3,6 +3,7 @@
 #include <string.h>
 #include "app/cli.h"
 #include "app/progress.h"
+#include "clformer/dist.h"
 #include "clformer/experiments.h"
 
 static const char *usage =
@@ -29,9 +30,13 @@ static const char *usage =
     "  --log-steps     log-scaled step axis in curves.svg\n"
     "  --report-only   train nothing; rewrite the summary from the runs present\n";
 
+/* This rank's device (every device a spec matches shared out under mpirun, the world said). */
+static cf_status rank_context(const char *spec, cf_context **ctx) { return cf_cli_rank_context(spec, 0, 0, ctx); }
+
 int cmd_compare(int argc, char **argv) {
   cf_experiment_args ea = {0};
-  cf_compare_options o = {.report = stdout};
+  int rank = cf_dist_world()->rank;  /* under mpirun rank 0 alone prints and writes */
+  cf_compare_options o = {.report = rank == 0 ? stdout : NULL, .make_context = rank_context};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int taken = cf_cli_experiment_arg("compare", argc, argv, &i, &ea);
@@ -45,13 +50,14 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!ea.path) { fprintf(stderr, "clformer compare: a comparison CONFIG is required\n\n%s", usage); return 2; }
   o.path = ea.path, o.sets = ea.sets, o.nsets = ea.nsets, o.seeds = ea.seeds, o.device = ea.device, o.out = ea.out;
-  cf_cli_progress progress = {.resume_hint = "run the same compare command again"};
+  cf_cli_progress progress = {.resume_hint = "run the same compare command again", .silent = rank != 0};
   cf_cli_run_watch watch;
   o.hooks = cf_cli_run_watch_hooks(&watch, cf_cli_train_hooks(&progress));
   int interrupted = 0;
   cf_cli_signals_catch();
   cf_status st = cf_compare(&o, &interrupted);
   cf_cli_signals_restore();
+  if (st != CF_OK && cf_dist_failure_agreed() == 2) return cf_exit_code(st);  /* the failing rank said why */
   if (st != CF_OK) cf_cli_run_failed("compare", &watch, st, NULL, NULL, "run the same compare command again to resume it");
   if (st != CF_OK) return cf_exit_code(st);
   return interrupted || cf_cli_stop_requested() ? cf_cli_stop_exit_code() : 0;  /* 130 SIGINT, 143 SIGTERM */

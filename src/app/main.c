@@ -63,16 +63,16 @@ int main(int argc, char **argv) {
   return rc;
 }
 
-/* Under mpirun only `train` and `bench step` run data-parallel (cmd_bench.c refuses the other
- * benchmarks); any other command would run once per rank, each writing the same files or
- * timing against the others, so every rank refuses it (agreed, so the job ends with exit 2 rather
- * than an abort) and rank 0 says why. */
+/* Under mpirun only `train`, `compare` (each variant data-parallel in turn) and `bench step` run
+ * data-parallel (cmd_bench.c refuses the other benchmarks); any other command would run once per
+ * rank, each writing the same files or timing against the others, so every rank refuses it (agreed,
+ * so the job ends with exit 2 rather than an abort) and rank 0 says why. */
 static int one_process_only(const char *cmd) {
   const cf_world *w = cf_dist_world();
-  if (w->size <= 1 || !strcmp(cmd, "train") || !strcmp(cmd, "bench")) return 0;
+  if (w->size <= 1 || !strcmp(cmd, "train") || !strcmp(cmd, "compare") || !strcmp(cmd, "bench")) return 0;
   if (w->rank == 0)
-    fprintf(stderr, "clformer %s: runs as one process; under mpirun (%d ranks) only `train` and `bench step` run "
-            "data-parallel\n", cmd, w->size);
+    fprintf(stderr, "clformer %s: runs as one process; under mpirun (%d ranks) only `train`, `compare` and `bench "
+            "step` run data-parallel\n", cmd, w->size);
   cf_dist_agree(CF_ERR_CONFIG);
   return 1;
 }

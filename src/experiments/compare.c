@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "clformer/data.h"
 #include "clformer/check.h"
+#include "clformer/dist.h"
 #include "clformer/experiments.h"
 #include "clformer/train.h"
 #include "runtime/runtime.h"
@@ -97,8 +98,11 @@ static void read_run(const spec *s, const cf_config *cfg, const char *dir, doubl
     }
   }
   free(rows);
-  /* the run's average speed (a resumed run's wall time spans its sessions) */
-  r->tokens_per_s = r->wall_s > 0 ? (double)r->steps_done * cfg->data.batch_size * cfg->data.seq_len / r->wall_s : NAN;
+  /* the run's average speed (a resumed run's wall time spans its sessions), over all its ranks' tokens */
+  cf_run_record rec;
+  int ranks = cf_run_record_read(dir, &rec) == CF_OK ? rec.ranks : 1;
+  double tokens = (double)r->steps_done * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len * ranks;
+  r->tokens_per_s = r->wall_s > 0 ? tokens / r->wall_s : NAN;
   r->present = 1;
   r->diverged = !strcmp(status, "diverged");
   int stuck = !r->diverged && isfinite(r->final_valid) && r->final_valid >= entropy - 0.05;
@@ -141,27 +145,45 @@ static long steps_remaining(const spec *s, int only_i) {
   return remaining;
 }
 
-/* Variant i, seed k: skipped when done, else trained or resumed into its directory. */
+/* What to do with variant i, seed k: decided by rank 0, the one that sees the run directories (under
+ * mpirun the others may be on hosts without them), and sent to every rank. */
+typedef struct run_plan {
+  char dir[1200];
+  int skip, resume;
+} run_plan;
+
+static cf_status plan_run(const spec *s, const cf_compare_options *o, int i, int k, const char *label, run_plan *p) {
+  memset(p, 0, sizeof *p);
+  cf_status st = CF_OK;
+  if (cf_dist_world()->rank == 0) {
+    char status[32];
+    int saved_steps = 0;
+    compare_run_dir(s, i, k, p->dir, sizeof p->dir);
+    run_status(p->dir, status, sizeof status);
+    st = check_run(s, i, k, p->dir, &saved_steps);
+    p->skip = !strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= s->v[i].cfg.train.steps);
+    if (st == CF_OK && p->skip && o->report) fprintf(o->report, "%s already %s: skipped\n", label, status);
+    /* a run there (check_run found it of this variant) is resumed: from its checkpoint, or from step 0
+     * when it stopped before the first one (cf_train decides that, holding the directory's lock) */
+    p->resume = exists(p->dir, "checkpoint.safetensors") || exists(p->dir, "config.yaml");
+  }
+  CF_TRY(cf_dist_agree(st));
+  return cf_dist_bcast(p, sizeof *p, 0);
+}
+
+/* Variant i, seed k: skipped when done, else trained or resumed into its directory (data-parallel
+ * under mpirun: cf_train shares each step out, rank 0 writes the run). */
 static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_options *o, int i, int k,
                            const char *label, long *remaining, int *interrupted) {
-  char dir[1200], status[32];
-  compare_run_dir(s, i, k, dir, sizeof dir);
-  run_status(dir, status, sizeof status);
+  run_plan p;
+  CF_TRY(plan_run(s, o, i, k, label, &p));
+  if (p.skip) return CF_OK;
   cf_config c = s->v[i].cfg;
   c.seed += (unsigned long long)k;
-  int saved_steps = 0;
-  CF_TRY(check_run(s, i, k, dir, &saved_steps));
-  if (!strcmp(status, "diverged") || (!strcmp(status, "finished") && saved_steps >= c.train.steps)) {
-    if (o->report) fprintf(o->report, "%s already %s: skipped\n", label, status);
-    return CF_OK;
-  }
-  if (strlen(dir) >= sizeof c.train.out) return CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", dir);
-  memcpy(c.train.out, dir, strlen(dir) + 1);
-  /* a run there (check_run found it of this variant) is resumed: from its checkpoint, or from step 0
-   * when it stopped before the first one (cf_train decides that, holding the directory's lock) */
-  int resume = exists(dir, "checkpoint.safetensors") || exists(dir, "config.yaml");
+  if (strlen(p.dir) >= sizeof c.train.out) return CF_FAIL(CF_ERR_CONFIG, "run directory path too long: %s", p.dir);
+  memcpy(c.train.out, p.dir, strlen(p.dir) + 1);
   *remaining -= c.train.steps;
-  cf_train_options to = {.resume_dir = resume ? dir : NULL, .label = label, .eta_extra_steps = *remaining,
+  cf_train_options to = {.resume_dir = p.resume ? p.dir : NULL, .label = label, .eta_extra_steps = *remaining,
                          .hooks = o->hooks};
   cf_train_result res;
   CF_TRY(cf_train(ctx, &c, &to, &res));
@@ -174,14 +196,16 @@ static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_opti
 static cf_status train_all(const spec *s, const cf_compare_options *o, int only_i, int *interrupted) {
   cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s->base.device)};
   cf_context *ctx;
-  CF_TRY(cf_context_create(&co, &ctx));
-  cf_status st = cf_selftest_ensure(ctx);
+  CF_TRY(o->make_context ? o->make_context(co.device_spec, &ctx) : cf_context_create(&co, &ctx));
+  cf_status st = cf_dist_agree(cf_selftest_ensure(ctx));
   long remaining = steps_remaining(s, only_i);
   int total = (only_i >= 0 ? 1 : s->nv) * s->seeds, idx = 0;
   for (int i = 0; i < s->nv && st == CF_OK && !*interrupted; i++) {
     if (only_i >= 0 && i != only_i) continue;
     for (int k = 0; k < s->seeds && st == CF_OK && !*interrupted; k++) {
-      if (o->hooks.should_stop && o->hooks.should_stop(o->hooks.user)) {
+      int stop = o->hooks.should_stop && o->hooks.should_stop(o->hooks.user);
+      if ((st = cf_dist_any(&stop)) != CF_OK) break;  /* every rank stops, or none */
+      if (stop) {
         *interrupted = 1;
         break;
       }
@@ -249,14 +273,17 @@ static cf_status compare(spec *s, const cf_compare_options *o, int *interrupted)
   int only_i;
   CF_TRY(find_variant(s, o->only, &only_i));
   cf_data data;  /* for the unigram entropy (and to fail early on a missing corpus) */
-  CF_TRY(cf_data_open(&data, &s->base));
-  double entropy = data.unigram_entropy;
-  cf_data_close(&data);
-  if (!o->report_only) CF_TRY(check_variants_data(s, only_i));
-  CF_TRY(cf_mkdirs(s->out));
+  cf_status ds = cf_data_open(&data, &s->base);
+  double entropy = ds == CF_OK ? data.unigram_entropy : NAN;
+  if (ds == CF_OK) cf_data_close(&data);
+  CF_TRY(cf_dist_agree(ds));
+  if (!o->report_only) CF_TRY(cf_dist_agree(check_variants_data(s, only_i)));
+  int writer = cf_dist_world()->rank == 0;  /* under mpirun, rank 0 alone writes */
+  CF_TRY(cf_dist_agree(writer ? cf_mkdirs(s->out) : CF_OK));
   if (!o->report_only) CF_TRY(train_all(s, o, only_i, interrupted));
-  CF_TRY(check_all_runs(s));
-  return report(s, o, entropy);
+  cf_status st = writer ? check_all_runs(s) : CF_OK;
+  if (st == CF_OK && writer) st = report(s, o, entropy);
+  return cf_dist_agree(st);
 }
 
 cf_status cf_compare(const cf_compare_options *o, int *interrupted) {

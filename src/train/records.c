@@ -126,6 +126,7 @@ cf_status cf_run_record_write(const char *dir, const cf_run_record *r) {
   if (st == CF_OK) st = cf_json_set(o, "best_step", json_integer(r->best_step));
   if (st == CF_OK) st = cf_json_set(o, "wall_s", cf_json_num(r->wall_s, "%.3f"));
   if (st == CF_OK) st = cf_json_set(o, "tokens_per_s", cf_json_num(r->tokens_per_s, "%.1f"));
+  if (st == CF_OK) st = cf_json_set(o, "ranks", json_integer(r->ranks > 0 ? r->ranks : 1));
   if (st == CF_OK) st = cf_json_write_file(o, path);
   json_decref(o);
   return st;
@@ -142,9 +143,11 @@ cf_status cf_run_record_read(const char *dir, cf_run_record *r) {
   json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
   const char *status = NULL;
   double best = -1;
-  int ok = o && !json_unpack(o, "{s:s, s:i, s:i, s:i, s:F, s:i, s:F, s:F}", "status", &status, "steps_done",
+  r->ranks = 1;  /* a record written before runs had ranks */
+  int ok = o && !json_unpack(o, "{s:s, s:i, s:i, s:i, s:F, s:i, s:F, s:F, s?i}", "status", &status, "steps_done",
                              &r->steps_done, "steps", &r->steps, "diverged_step", &r->diverged_step, "best_valid",
-                             &best, "best_step", &r->best_step, "wall_s", &r->wall_s, "tokens_per_s", &r->tokens_per_s);
+                             &best, "best_step", &r->best_step, "wall_s", &r->wall_s, "tokens_per_s", &r->tokens_per_s,
+                             "ranks", &r->ranks);
   if (ok) snprintf(r->status, sizeof r->status, "%s", status);
   if (ok && best >= 0) r->best_valid = best;
   json_decref(o);

@@ -33,6 +33,7 @@ typedef struct cf_run_record {
   int steps_done, steps, diverged_step, best_step;
   double best_valid;     /* NAN when none */
   double wall_s, tokens_per_s;
+  int ranks;             /* the ranks that trained its last session (clformer/dist.h); 1 when not recorded */
 } cf_run_record;
 
 cf_status cf_run_record_write(const char *dir, const cf_run_record *r);

@@ -372,7 +372,8 @@ static cf_status record_end(const run *r) {
   const cf_train_state *ts = &r->ts;
   cf_run_record rec = {.steps_done = ts->diverged_step ? ts->diverged_step - 1 : ts->step, .steps = r->cfg->train.steps,
                        .diverged_step = ts->diverged_step, .best_step = ts->best_step, .best_valid = ts->best_valid,
-                       .wall_s = r->wall0 + cf_now() - r->t_start, .tokens_per_s = r->res->tokens_per_s};
+                       .wall_s = r->wall0 + cf_now() - r->t_start, .tokens_per_s = r->res->tokens_per_s,
+                       .ranks = cf_dist_world()->size};
   snprintf(rec.status, sizeof rec.status, "%s",
            ts->diverged_step ? "diverged" : r->res->interrupted ? "interrupted" : "finished");
   return cf_run_record_write(r->dir, &rec);

@@ -20,7 +20,10 @@
 #    every rank's step time, tokens/s and time in the exchange, the world's tokens/s and the scaling
 #    efficiency, and the same in --json (world.tokens_per_s = 2 x 128 / the slower rank's median);
 #    bench kernels is refused there, said once;
-#  - any other command (compare here) is refused under mpirun, said once.
+#  - compare under mpirun runs each variant data-parallel in turn: the same summary.json as one process
+#    with train.accumulate=2 (the same micro-batches a step), but for times, speeds and directory names,
+#    and the same weights bit for bit; run again, it skips the finished runs, said once;
+#  - any other command (devices here) is refused under mpirun, said once.
 bin=$1 src=$2
 source "$src/tests/lib/cli.sh"
 require_opencl
@@ -106,8 +109,34 @@ PY
 out=$(mpi bench kernels 2>&1); rc=$?
 [[ $rc -eq 2 && $(grep -c "only \`bench step\` runs" <<<"$out") -eq 1 ]] && ok "bench kernels under mpirun is refused, said once" \
   || bad "bench kernels under mpirun: rc=$rc $out"
-# every other command runs as one process: refused under mpirun, said once, nothing written
-out=$(mpi compare tiny.yaml --out cmp 2>&1); rc=$?
-[[ $rc -ne 0 && $(grep -c "runs as one process; under mpirun (2 ranks) only \`train\` and \`bench step\`" <<<"$out") -eq 1 && ! -e cmp ]] \
-  && ok "compare under mpirun is refused, said once, nothing written" || bad "compare under mpirun: rc=$rc $out"
+# compare: every variant data-parallel in turn, rank 0 writing; the report of one process
+cat > cmp.yaml <<'YAML'
+base: {seed: 5, data: {train: text.txt, seq_len: 32, batch_size: 4, valid_fraction: 0.1},
+       model: {layers: 2, d_model: 32, heads: 2, d_ff: 64, dropout: 0.1, attn_dropout: 0.1}, optim: {lr: 3e-3},
+       train: {steps: 10, eval_every: 5, eval_batches: 2, log_every: 5, checkpoint_every: 5}}
+variants: [{name: pre, set: {model.norm: pre}}, {name: post, set: {model.norm: post}}]
+target_loss: 4.5
+YAML
+out=$(mpi compare cmp.yaml --out c2 2>&1); rc=$?
+"$bin" compare cmp.yaml --out c1 --set train.accumulate=2 >/dev/null 2>&1
+[[ $rc -eq 0 && $(grep -c '^\[2/2 post\] | step 10/10' <<<"$out") -eq 1 && $(grep -c '^wrote c2/summary.md' <<<"$out") -eq 1 ]] \
+  && ok "compare under mpirun: each variant in turn, progress and report said once" || bad "compare: rc=$rc $out"
+python3 - c1/summary.json c2/summary.json <<'PY' && weights c1/pre c2/pre 0 && weights c1/post c2/post 0 \
+  && ok "compare under mpirun == one process with accumulate 2: summary.json (but times) and weights bit for bit" \
+  || bad "compare reports differ"
+import json, sys
+def strip(x):
+    if isinstance(x, dict): return {k: strip(v) for k, v in x.items() if k not in ("wall_s", "tokens_per_s", "dir")}
+    if isinstance(x, list): return [strip(v) for v in x]
+    return x
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
+if a != b: print("  ", a, "\n  ", b); sys.exit(1)
+PY
+out=$(mpi compare cmp.yaml --out c2 2>&1); rc=$?
+[[ $rc -eq 0 && $(grep -c "already finished: skipped" <<<"$out") -eq 2 && "$out" != *"step 10/10"* ]] \
+  && ok "compare under mpirun again: the finished runs skipped, said once each" || bad "compare again: rc=$rc $out"
+# every other command runs as one process: refused under mpirun, said once
+out=$(mpi devices 2>&1); rc=$?
+[[ $rc -eq 2 && $(grep -c "runs as one process; under mpirun (2 ranks) only \`train\`, \`compare\` and \`bench step\`" <<<"$out") -eq 1 ]] \
+  && ok "devices under mpirun is refused, said once" || bad "devices under mpirun: rc=$rc $out"
 exit $fail
