@@ -17,6 +17,7 @@
 // it streams through is row-major [r*HS + d], every item reading the same word. Every loop bound is
 // uniform across the group; masks are selects, so no item leaves a barrier behind.
 #include "philox.clh"
+#include "vecmath.clh"
 
 // The sequence, head and first row of group g, with `tiles` groups per (sequence, head).
 #define ATTF_GROUP(g, tiles, b, h, r0) \
@@ -61,6 +62,136 @@ inline void attf_load_cols(__local float *dst, __global const float *src, int ld
     dst[d * G + r] = r0 + r < rows_end ? src[(r0 + r) * ld + d] : 0.0f;
   }
 }
+
+// The first query that sees key j (causal), never below 0.
+inline int attf_query_begin(int j, int Tq, int Tk, int causal) { return causal ? max(0, j - (Tk - Tq)) : 0; }
+
+#if CF_DEVICE_IS_CPU
+
+// ---------- CPU shapes ----------
+// On CPUs (PoCL runs the GPU shapes' barriers and transposed local tiles about 30x slower) one
+// work-item per row, no barriers, no local memory (the host passes minimal local arguments): the
+// other side's rows are read from global memory, where a head's K and V stay in cache, with
+// 16-float vectors; the item's accumulators are its own output row. Same arguments, same results up
+// to the order of the sums. The host launches B*NH*Tq (dk/dv: B*NH*Tk) items.
+
+inline float attf_dot(__global const float *a, __global const float *b, int HS) {
+  float16 s16 = (float16)(0.0f);
+  int d = 0;
+  for (; d + 16 <= HS; d += 16) s16 = fma(vload16(0, a + d), vload16(0, b + d), s16);
+  float s = cf_hsum16(s16);
+  for (; d < HS; d++) s += a[d] * b[d];
+  return s;
+}
+
+// y = c * y + a * x over HS floats.
+inline void attf_axpby(__global float *y, float c, float a, __global const float *x, int HS) {
+  int d = 0;
+  for (; d + 16 <= HS; d += 16) vstore16(fma((float16)(a), vload16(0, x + d), c * vload16(0, y + d)), 0, y + d);
+  for (; d < HS; d++) y[d] = c * y[d] + a * x[d];
+}
+
+inline void attf_zero(__global float *y, int HS) {
+  int d = 0;
+  for (; d + 16 <= HS; d += 16) vstore16((float16)(0.0f), 0, y + d);
+  for (; d < HS; d++) y[d] = 0.0f;
+}
+
+#define ATTF_BLOCK 16  // keys whose scores an item holds at once
+
+__kernel void attention_fused_forward(__global float *out, uint out_off, __global float *lse, uint lse_off,
+                                      __global float *lsum, uint lsum_off, __global const float *q, uint q_off,
+                                      __global const float *k, uint k_off, __global const float *v, uint v_off,
+                                      __global const int *klen, uint klen_off, int has_klen, int B, int NH, int Tq,
+                                      int Tk, int HS, int causal, int ldq, int ldk, int ldv, int ldo, int BK, int kbeg,
+                                      int kend, int first, int last, float scale, float p, float inv_keep, uint seed,
+                                      uint step, uint tensor_id, uint group0, __local float *qs, __local float *acc,
+                                      __local float *ks, __local float *vs, __local float *ss) {
+  int row = get_global_id(0);
+  if (row >= B * NH * Tq) return;
+  int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
+  int kend_row = min(kend, attf_key_end(t, Tq, Tk, causal, attf_klen(klen + klen_off, has_klen, b, Tk)));
+  __global const float *qr = q + q_off + (b * Tq + t) * ldq + h * HS;
+  __global const float *kb = k + k_off + (b * Tk) * ldk + h * HS, *vb = v + v_off + (b * Tk) * ldv + h * HS;
+  __global float *o = out + out_off + (b * Tq + t) * ldo + h * HS;
+  float m = first ? -INFINITY : lse[lse_off + row], l = first ? 0.0f : lsum[lsum_off + row];
+  if (first) attf_zero(o, HS);
+  for (int j0 = kbeg; j0 < kend_row; j0 += ATTF_BLOCK) {
+    int n = min(ATTF_BLOCK, kend_row - j0);
+    float sc[ATTF_BLOCK], mt = -INFINITY;
+    for (int r = 0; r < n; r++) mt = fmax(mt, sc[r] = scale * attf_dot(qr, kb + (j0 + r) * ldk, HS));
+    float mn = fmax(m, mt), corr = m == -INFINITY ? 0.0f : exp(m - mn);
+    l *= corr;
+    for (int r = 0; r < n; r++) {
+      float pj = exp(sc[r] - mn);
+      l += pj;
+      if (p > 0.0f) pj *= attf_keep((uint)row * (uint)Tk + (uint)(j0 + r), p, inv_keep, seed, step, tensor_id, group0);
+      attf_axpby(o, r == 0 ? corr : 1.0f, pj, vb + (j0 + r) * ldv, HS);
+    }
+    m = mn;
+  }
+  float inv = last ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f;
+  if (inv != 1.0f) attf_axpby(o, inv, 0.0f, o, HS);
+  lse[lse_off + row] = last ? (l > 0.0f ? m + log(l) : 0.0f) : m;
+  if (!last) lsum[lsum_off + row] = l;
+}
+
+__kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __global const float *dout, uint dout_off,
+                                          __global const float *q, uint q_off, __global const float *k, uint k_off,
+                                          __global const float *v, uint v_off, __global const float *lse, uint lse_off,
+                                          __global const float *D, uint D_off, __global const int *klen, uint klen_off,
+                                          int has_klen, int B, int NH, int Tq, int Tk, int HS, int causal, int ldq,
+                                          int ldk, int ldv, int ldo, int BK, int kbeg, int kend, int accumulate,
+                                          float scale, float p, float inv_keep, uint seed, uint step, uint tensor_id,
+                                          uint group0, __local float *qs, __local float *dos, __local float *dqs,
+                                          __local float *ks, __local float *vs) {
+  int row = get_global_id(0);
+  if (row >= B * NH * Tq) return;
+  int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
+  int kend_row = min(kend, attf_key_end(t, Tq, Tk, causal, attf_klen(klen + klen_off, has_klen, b, Tk)));
+  __global const float *qr = q + q_off + (b * Tq + t) * ldq + h * HS, *dor = dout + dout_off + (b * Tq + t) * ldo + h * HS;
+  __global const float *kb = k + k_off + (b * Tk) * ldk + h * HS, *vb = v + v_off + (b * Tk) * ldv + h * HS;
+  __global float *g = dq + dq_off + (b * Tq + t) * ldq + h * HS;
+  float L = lse[lse_off + row], Dt = D[D_off + row];
+  if (!accumulate) attf_zero(g, HS);
+  for (int j = kbeg; j < kend_row; j++) {
+    float pj = exp(scale * attf_dot(qr, kb + j * ldk, HS) - L), dp = attf_dot(dor, vb + j * ldv, HS);
+    if (p > 0.0f) dp *= attf_keep((uint)row * (uint)Tk + (uint)j, p, inv_keep, seed, step, tensor_id, group0);
+    attf_axpby(g, 1.0f, scale * pj * (dp - Dt), kb + j * ldk, HS);
+  }
+}
+
+__kernel void attention_fused_backward_dkv(
+    __global float *dk, uint dk_off, __global float *dv, uint dv_off, __global const float *dout, uint dout_off,
+    __global const float *q, uint q_off, __global const float *k, uint k_off, __global const float *v, uint v_off,
+    __global const float *lse, uint lse_off, __global const float *D, uint D_off, __global const int *klen,
+    uint klen_off, int has_klen, int B, int NH, int Tq, int Tk, int HS, int causal, int ldq, int ldk, int ldv, int ldo,
+    int BQ, int qbeg, int qend, int accumulate, float scale, float p, float inv_keep, uint seed, uint step,
+    uint tensor_id, uint group0, __local float *ks, __local float *vs, __local float *dks, __local float *dvs,
+    __local float *qs, __local float *dos, __local float *ls, __local float *Ds) {
+  int item = get_global_id(0);
+  if (item >= B * NH * Tk) return;
+  int j = item % Tk, bh = item / Tk, b = bh / NH, h = bh % NH, kl = attf_klen(klen + klen_off, has_klen, b, Tk);
+  __global const float *kr = k + k_off + (b * Tk + j) * ldk + h * HS, *vr = v + v_off + (b * Tk + j) * ldv + h * HS;
+  __global const float *qb = q + q_off + (b * Tq) * ldq + h * HS, *dob = dout + dout_off + (b * Tq) * ldo + h * HS;
+  __global float *gk = dk + dk_off + (b * Tk + j) * ldk + h * HS, *gv = dv + dv_off + (b * Tk + j) * ldv + h * HS;
+  if (!accumulate) {
+    attf_zero(gk, HS);
+    attf_zero(gv, HS);
+  }
+  int qe = j < kl ? qend : 0;  // a padded key is seen by no query
+  for (int t = max(qbeg, attf_query_begin(j, Tq, Tk, causal)); t < qe; t++) {
+    if (j >= attf_key_end(t, Tq, Tk, causal, kl)) continue;
+    int r = bh * Tq + t;
+    float pj = exp(scale * attf_dot(qb + t * ldq, kr, HS) - lse[lse_off + r]), f = 1.0f;
+    float dp = attf_dot(dob + t * ldo, vr, HS);
+    if (p > 0.0f) f = attf_keep((uint)r * (uint)Tk + (uint)j, p, inv_keep, seed, step, tensor_id, group0);
+    attf_axpby(gv, 1.0f, pj * f, dob + t * ldo, HS);
+    attf_axpby(gk, 1.0f, scale * pj * (dp * f - D[D_off + r]), qb + t * ldq, HS);
+  }
+}
+
+#else  // GPU shapes: a work-group per tile of rows
 
 // ---------- forward ----------
 
@@ -134,17 +265,6 @@ __kernel void attention_fused_forward(__global float *out, uint out_off, __globa
 
 // ---------- backward ----------
 
-// D[row] = sum_d dout * out over the row's HS channels: one item per (b, h, t).
-__kernel void attention_fused_dot(__global float *D, uint D_off, __global const float *dout, uint dout_off,
-                                  __global const float *out, uint out_off, int B, int NH, int Tq, int HS, int ldo) {
-  int row = get_global_id(0);
-  if (row >= B * NH * Tq) return;
-  int t = row % Tq, h = (row / Tq) % NH, b = row / (Tq * NH), at = (b * Tq + t) * ldo + h * HS;
-  float s = 0.0f;
-  for (int d = 0; d < HS; d++) s += dout[dout_off + at + d] * out[out_off + at + d];
-  D[D_off + row] = s;
-}
-
 // dq of the group's query rows over keys [kbeg, kend): dq = scale * sum_j P_j (dP_j - D) k_j,
 // P_j = exp(scale q.k_j - lse), dP_j = dout.v_j times the dropout factor. accumulate: dq +=.
 // Local: qs, dos, dqs (HS x G), ks, vs (BK x HS).
@@ -189,9 +309,6 @@ __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __glo
   __global float *g = dq + dq_off + (b * Tq + t) * ldq + h * HS;
   for (int d = 0; d < HS; d++) g[d] = (accumulate ? g[d] : 0.0f) + scale * dqs[d * G + lid];
 }
-
-// The first query that sees key j (causal), never below 0.
-inline int attf_query_begin(int j, int Tq, int Tk, int causal) { return causal ? max(0, j - (Tk - Tq)) : 0; }
 
 // dk and dv of the group's key rows over queries [qbeg, qend): dv = sum_t P_t,drop dout_t,
 // dk = scale * sum_t P_t (dP_t - D_t) q_t. accumulate: +=. Local: ks, vs, dks, dvs (HS x G), qs,
@@ -243,4 +360,19 @@ __kernel void attention_fused_backward_dkv(
     gk[d] = (accumulate ? gk[d] : 0.0f) + scale * dks[d * G + lid];
     gv[d] = (accumulate ? gv[d] : 0.0f) + dvs[d * G + lid];
   }
+}
+
+#endif
+
+// ---------- both shapes ----------
+
+// D[row] = sum_d dout * out over the row's HS channels: one item per (b, h, t).
+__kernel void attention_fused_dot(__global float *D, uint D_off, __global const float *dout, uint dout_off,
+                                  __global const float *out, uint out_off, int B, int NH, int Tq, int HS, int ldo) {
+  int row = get_global_id(0);
+  if (row >= B * NH * Tq) return;
+  int t = row % Tq, h = (row / Tq) % NH, b = row / (Tq * NH), at = (b * Tq + t) * ldo + h * HS;
+  float s = 0.0f;
+  for (int d = 0; d < HS; d++) s += dout[dout_off + at + d] * out[out_off + at + d];
+  D[D_off + row] = s;
 }

@@ -13,7 +13,8 @@
 #include "runtime/runtime.h"
 
 #define PROGRAM "attention_fused"
-#define TILE_MAX 64 /* rows per group and per streamed tile at most: measured no faster above */
+#define TILE_MAX 64 /* rows per group and per streamed tile at most (GPU shapes) */
+#define CPU_GROUP 16 /* items per work-group in the CPU shapes */
 
 size_t cf_attention_fused_scratch_floats(const cf_attention_dims *d) {
   if (!d || d->B <= 0 || d->NH <= 0 || d->Tq <= 0) return 0;
@@ -52,12 +53,34 @@ static size_t pow2_at_least(size_t n, size_t cap) {
   return p;
 }
 
+/* The streamed rows a launch may take: all of them, unless the device stops a work-item's loops
+ * (gemm/loop_budget.h); then as many as the trips an item makes per streamed row and per launch
+ * (counted on cl/attention_fused.cl's GPU shapes, which loop the most) leave room for, in whole
+ * tiles (T2 shrinks when not even one fits). */
+static cf_status plan_chunk(cf_context *ctx, size_t streamed, size_t HS, tiling *t) {
+  size_t budget = 0, chunk = streamed;
+  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+  if (budget) {
+    size_t per = 2 * HS + 4 + (2 * HS + t->G - 1) / t->G + (HS + 1) / 2, fixed = 4 * HS + 16;
+    chunk = budget * 3 / 4 > fixed + per ? (budget * 3 / 4 - fixed) / per : 1;
+    while (t->T2 > chunk) t->T2 /= 2;
+    chunk = chunk / t->T2 * t->T2;
+  }
+  t->chunk = chunk < streamed ? chunk : streamed;
+  return CF_OK;
+}
+
 /* G and T2 as large as TILE_MAX, the kernel, the device and the row counts allow, halved (the
  * larger first) until local memory holds them; then the streamed rows a launch may take. */
 static cf_status plan_tiles(cf_context *ctx, const char *kernel, size_t rows, size_t streamed, size_t HS, local_use u,
                             tiling *out) {
+  if (cf_context_cpu_shapes(ctx)) {  /* an item per row, no local memory (cl/attention_fused.cl) */
+    out->G = CPU_GROUP;
+    out->T2 = 1;
+    return plan_chunk(ctx, streamed, HS, out);
+  }
   cl_kernel k;
-  size_t kwg = 0, budget = 0;
+  size_t kwg = 0;
   CF_TRY(cf_kernel_get(ctx, PROGRAM, kernel, &k));
   CF_CHECK(clGetKernelWorkGroupInfo(k, ctx->info.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL));
   size_t cap = TILE_MAX;
@@ -73,22 +96,22 @@ static cf_status plan_tiles(cf_context *ctx, const char *kernel, size_t rows, si
   if (local_floats(u, G, T2) * sizeof(float) > ctx->info.local_mem)
     return CF_FAIL(CF_ERR_INVALID_ARG, "fused attention: head size %zu needs more local memory than %s has (%llu bytes)",
                    HS, ctx->info.name, ctx->info.local_mem);
-  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
-  size_t chunk = streamed;
-  if (budget) {  /* trips an item makes per streamed row, and per launch (cl/attention_fused.cl's loops) */
-    size_t per = 2 * HS + 4 + (2 * HS + G - 1) / G + (HS + 1) / 2, fixed = 4 * HS + 16;
-    chunk = budget * 3 / 4 > fixed + per ? (budget * 3 / 4 - fixed) / per : 1;
-    while (T2 > chunk) T2 /= 2;
-    chunk = chunk / T2 * T2;
-  }
   out->G = G;
   out->T2 = T2;
-  out->chunk = chunk < streamed ? chunk : streamed;
-  return CF_OK;
+  return plan_chunk(ctx, streamed, HS, out);
 }
 
+/* The kernel's local arrays; one float each in the CPU shapes, which use none. */
 static void arg_locals(cf_launch *L, size_t n, const size_t *floats) {
-  for (size_t i = 0; i < n; i++) cf_arg_local(L, floats[i] * sizeof(float));
+  int cpu = cf_context_cpu_shapes(L->ctx);
+  for (size_t i = 0; i < n; i++) cf_arg_local(L, (cpu ? 1 : floats[i]) * sizeof(float));
+}
+
+/* Work-groups of G items, one per tile of G rows of each (sequence, head); in the CPU shapes an
+ * item per row. */
+static size_t grid_items(cf_context *ctx, const cf_attention_dims *d, size_t rows, size_t G) {
+  if (cf_context_cpu_shapes(ctx)) return (size_t)d->B * d->NH * rows;
+  return (size_t)d->B * d->NH * ((rows + G - 1) / G) * G;
 }
 
 /* The arguments every kernel shares after its tensors: the key lengths and the dimensions. */
@@ -104,7 +127,7 @@ cf_status cf_attention_fused_forward(cf_context *ctx, cf_mem out, cf_mem lse, cf
   local_use u = {2 * HS, 2 * HS, 1, 0}; /* qs, acc; ks, vs; ss */
   tiling t;
   CF_TRY(plan_tiles(ctx, "attention_fused_forward", (size_t)d->Tq, (size_t)d->Tk, HS, u, &t));
-  size_t local = t.G, global = (size_t)d->B * d->NH * ((d->Tq + t.G - 1) / t.G) * t.G;
+  size_t local = t.G, global = grid_items(ctx, d, (size_t)d->Tq, t.G);
   for (size_t c = 0; c < (size_t)d->Tk; c += t.chunk) {
     size_t end = c + t.chunk < (size_t)d->Tk ? c + t.chunk : (size_t)d->Tk;
     cf_launch L;
@@ -132,7 +155,7 @@ static cf_status plan_backward(cf_context *ctx, const cf_attention_dims *d, tili
 static cf_status backward_dq(cf_context *ctx, cf_mem dq, cf_mem dout, cf_mem q, cf_mem k, cf_mem v, cf_mem lse,
                              cf_mem D, cf_mem key_len, const cf_attention_dims *d, cf_dropout drop, tiling t) {
   size_t HS = (size_t)d->HS;
-  size_t local = t.G, global = (size_t)d->B * d->NH * ((d->Tq + t.G - 1) / t.G) * t.G;
+  size_t local = t.G, global = grid_items(ctx, d, (size_t)d->Tq, t.G);
   for (size_t c = 0; c < (size_t)d->Tk; c += t.chunk) {
     size_t end = c + t.chunk < (size_t)d->Tk ? c + t.chunk : (size_t)d->Tk;
     cf_launch L;
@@ -152,7 +175,7 @@ static cf_status backward_dkv(cf_context *ctx, cf_mem dk, cf_mem dv, cf_mem dout
                               cf_mem lse, cf_mem D, cf_mem key_len, const cf_attention_dims *d, cf_dropout drop,
                               tiling t) {
   size_t HS = (size_t)d->HS;
-  size_t local = t.G, global = (size_t)d->B * d->NH * ((d->Tk + t.G - 1) / t.G) * t.G;
+  size_t local = t.G, global = grid_items(ctx, d, (size_t)d->Tk, t.G);
   for (size_t c = 0; c < (size_t)d->Tq; c += t.chunk) {
     size_t end = c + t.chunk < (size_t)d->Tq ? c + t.chunk : (size_t)d->Tq;
     cf_launch L;

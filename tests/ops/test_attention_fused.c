@@ -3,8 +3,9 @@
  * every tile, a sequence with one key left and one with none, head sizes that are not powers of 2,
  * dropout, odd buffer offsets, outputs poisoned; the device backward against central finite
  * differences of the reference forward; equality with the materialised path (cf_attention_*) on
- * the same (B, T, 3C) input, dropout and padding included; the streamed range split over several
- * launches (as on a device with a loop limit); bit-identical reruns; argument checks. */
+ * the same (B, T, 3C) input, dropout and padding included, and a model's step with either; the
+ * streamed range split over several launches (as on a device with a loop limit); bit-identical
+ * reruns; argument checks. */
 #include <math.h>
 #include <string.h>
 #include "clformer/ops.h"
@@ -203,6 +204,39 @@ static void check_against_materialised(cf_context *ctx, test_rng *r, int B, int 
   test_free_tensors();
 }
 
+/* A whole model (Pre-LN, 2 layers, attention dropout on) trained one step with each
+ * model.attention: the same loss and gradients to float rounding, from the same weights. */
+static void check_model(cf_context *ctx, test_rng *r) {
+  const int B = 3, T = 37;
+  int in[B * T], tg[B * T];
+  for (int i = 0; i < B * T; i++) in[i] = (int)(test_uniform(r) * 256), tg[i] = (int)(test_uniform(r) * 256);
+  float loss[2] = {0}, *grads[2] = {NULL, NULL};
+  size_t n = 0;
+  for (int k = 0; k < 2; k++) {
+    cf_config c;
+    test_model_config(&c, 2, 48, 3, 96);
+    c.model.attn_dropout = 0.1;
+    c.model.attention = k ? CF_ATTENTION_MATERIALIZED : CF_ATTENTION_FUSED;
+    test_validate(&c);
+    cf_model *m;
+    TEST_OK(cf_model_create(ctx, &c.model, &c.optim, 5, B, T, &m));
+    TEST_OK(cf_model_init(m, 5));
+    TEST_OK(cf_model_forward(m, in, tg, 3, 1));
+    TEST_OK(cf_model_backward(m));
+    TEST_OK(cf_model_loss(m, &loss[k]));
+    n = cf_model_flat_floats(m);
+    grads[k] = test_falloc(n);
+    TEST_OK(cf_model_read(m, 1, grads[k]));
+    cf_model_free(m);
+  }
+  TEST_ASSERT(fabsf(loss[0] - loss[1]) <= 1e-5f * fabsf(loss[1]), "model loss: fused %.9g, materialised %.9g",
+              (double)loss[0], (double)loss[1]);
+  int bad = test_compare_f("model gradients: fused == materialised", grads[0], grads[1], n, ATOL, RTOL);
+  if (!bad) printf("ok   model step: loss %.7f (fused) and %.7f (materialised)\n", (double)loss[0], (double)loss[1]);
+  free(grads[0]);
+  free(grads[1]);
+}
+
 static void check_bad_args(cf_context *ctx) {
   cf_mem m = test_tensor(ctx, NULL, 64, 0), none = cf_at(NULL, 0);
   cf_dropout ok = {0}, bad_p = {0};
@@ -216,12 +250,13 @@ static void check_bad_args(cf_context *ctx) {
   d[3].scale = NAN;                     /* scale not finite */
   d[4].B = 70000, d[4].Tq = 40000;      /* more than 2^31 elements */
   d[5].Tq = d[5].Tk = 70000, d[5].ldq = d[5].ldk = d[5].ldv = d[5].ldo = 4;  /* with dropout: > 2^32 elements */
-  d[6].HS = d[6].ldq = d[6].ldk = d[6].ldv = d[6].ldo = 1 << 22;              /* more local memory than any device */
+  d[6].HS = d[6].ldq = d[6].ldk = d[6].ldv = d[6].ldo = 1 << 22;              /* GPU shapes: more local memory than any device */
   cf_dropout some = {0};
   some.p = 0.1f;
   int v = cf_verbosity();
   cf_set_verbosity(-1);
-  for (int i = 0; i < 7; i++) {
+  int gpu_shapes = !cf_context_cpu_shapes(ctx);  /* the CPU shapes use no local memory: 6 is fine there */
+  for (int i = 0; i < 6 + gpu_shapes; i++) {
     cf_dropout dr = i == 5 ? some : ok;
     TEST_ASSERT(cf_attention_fused_forward(ctx, m, m, m, m, m, m, none, &d[i], dr) == CF_ERR_INVALID_ARG,
                 "forward: bad dimensions %d accepted", i);
@@ -266,6 +301,7 @@ int main(void) {
   check_against_materialised(ctx, &r, 2, 37, 24, 3, 0.0f, 0);
   check_against_materialised(ctx, &r, 3, 64, 32, 2, 0.1f, 0);
   check_against_materialised(ctx, &r, 3, 29, 16, 2, 0.0f, 1);
+  check_model(ctx, &r);
   check_bad_args(ctx);
   cf_context_free(ctx);
   return test_finish("test_attention_fused");
