@@ -18,6 +18,8 @@ typedef enum cf_optimizer { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD } cf_opt
 typedef enum cf_positions { CF_POS_SINUSOIDAL, CF_POS_LEARNED } cf_positions;
 typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON } cf_final_norm;
 typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
+/* model.attention: fused kernels (cf_attention_fused_*) or the T x T scores through batched GEMMs. */
+typedef enum cf_attention_impl { CF_ATTENTION_FUSED, CF_ATTENTION_MATERIALIZED } cf_attention_impl;
 /* The byte tokenizer's vocabulary: every byte value is a token. */
 #define CF_BYTE_VOCAB 256
 /* The vocabulary size of a tokenizer (what the model's embedding and output layer are sized by). */
@@ -33,6 +35,7 @@ typedef struct cf_model_config {
   cf_final_norm final_norm;   /* validation resolves AUTO (on for pre, off for post) */
   cf_positions positions;
   int tie_embeddings, scale_embeddings;
+  cf_attention_impl attention;
 } cf_model_config;
 
 typedef struct cf_optim_config {

@@ -16,6 +16,8 @@
  *   linear weights P = L * (4 C^2 + 2 C F) + V C   (qkv 3C^2, proj C^2, fc1 and fc2 C F, logits V C)
  *   FLOPs/step     = 6 N P + 12 L B T^2 C           (N = B T; forward 2 N P and 4 B T^2 C per layer,
  *                                                    backward twice the forward)
+ * (with model.attention: fused the attention runs no matrix product and its 12 L B T^2 C are left out).
+ * Device memory: the most cf_buffer_live_bytes said after the model's start and the timed steps.
  *
  * Start-up (when the step is the first thing the command runs): seconds from the command's start
  * to the context being ready, the model allocated and initialised, and the first step finished;
@@ -99,7 +101,14 @@ typedef struct step_bench {
   double prof_wall, dev, gemm_ms;      /* a profiled step's seconds; device and GEMM ms per step */
   const char *prof_bad;                /* why the events are not believed (prof_why), or NULL */
   char prof_why[160];
+  unsigned long long peak_bytes;       /* device memory: the most cf_buffer_live_bytes said around the steps */
 } step_bench;
+
+/* Every buffer is made before or in the first steps and kept, so sampling after them finds the peak. */
+static void sample_memory(step_bench *b) {
+  unsigned long long live = cf_buffer_live_bytes();
+  if (live > b->peak_bytes) b->peak_bytes = live;
+}
 
 /* Buffers for the times, the breakdown and the tokens (random: speed does not depend on the text). */
 static cf_status step_alloc(step_bench *b) {
@@ -171,6 +180,7 @@ static cf_status timed_rounds(step_bench *b) {
     int n = b->steps * (r + 1) / b->rounds - b->steps * r / b->rounds;
     if (vs_torch) cf_bench_pause(0.2);
     CF_TRY(timed_steps(b->ctx, &b->s, n, b->cv, &b->nc));
+    sample_memory(b);
     if (vs_torch) {
       cf_bench_pause(0.2);
       CF_TRY(cf_torch_run(&b->tc, n, b->tv, &b->nt));
@@ -187,6 +197,9 @@ static void print_step_time(const step_bench *b) {
           b->warmup, med * 1e3, b->ours.min * 1e3, b->ours.max * 1e3);
   fprintf(b->out, "throughput: %.0f tokens/s, %.1f GFLOP/s (%.3f GFLOP per step in matrix products)\n", b->N / med,
           b->flops / med * 1e-9, b->flops * 1e-9);
+  fprintf(b->out, "device memory: %.1f MiB at the peak (every clformer buffer alive, cf_buffer_live_bytes); "
+          "attention: %s\n", b->peak_bytes / 1048576.0,
+          b->cfg->model.attention == CF_ATTENTION_FUSED ? "fused" : "materialized");
 }
 
 /* psteps more steps with profiling events: per kernel name, ms per step (largest first), their sum
@@ -301,11 +314,12 @@ static json_t *torch_json(const step_bench *b) {
 static cf_status step_json(const step_bench *b, json_t *report) {
   double med = b->ours.median;
   return cf_json_set(report, "step",
-                     json_pack("{s:o, s:s, s:i, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", model_json(b), "gemm",
+                     json_pack("{s:o, s:s, s:i, s:i, s:o, s:o, s:I, s:o, s:I, s:o, s:o, s:o}", "model", model_json(b), "gemm",
                                cf_gemm_impl_name(b->gimpl), "warmup", b->warmup, "steps", b->nc, "step_ms",
                                cf_bench_stats_json(b->ours, 1e3, "%.4f"), "tokens_per_s",
                                cf_json_num(b->N / med, "%.1f"), "flops_per_step", (json_int_t)llround(b->flops),
-                               "gflops", cf_json_num(b->flops / med * 1e-9, "%.3f"), "startup", startup_json(b),
+                               "gflops", cf_json_num(b->flops / med * 1e-9, "%.3f"), "peak_device_bytes",
+                               (json_int_t)b->peak_bytes, "startup", startup_json(b),
                                "breakdown", breakdown_json(b), "torch", torch_json(b)));
 }
 
@@ -326,6 +340,7 @@ static void step_free(step_bench *b) {
 static cf_status run_step_bench(step_bench *b, json_t *report) {
   CF_TRY(step_alloc(b));
   CF_TRY(start_model(b));
+  sample_memory(b);
   if (b->o->vs_torch) CF_TRY(cf_torch_start(&b->tc, b->cfg, b->o));
   b->params = cf_model_num_params(b->s.m);
   b->flops = cf_model_gemm_flops(b->cfg);

@@ -48,6 +48,7 @@ static const key_spec keys[] = {
   {"model.activation", K_ENUM, ENUM_OFF(model.activation), 0, 0, 0, 0, "relu|gelu|gelu_erf", "relu", "feed-forward activation: relu (the paper), gelu (tanh approximation) or gelu_erf"},
   {"model.dropout", K_DOUBLE, OFF(model.dropout), 0, 0, 1, MAX_EXCL, NULL, "0", "dropout on residual branches and FFN activations, in [0, 1)"},
   {"model.attn_dropout", K_DOUBLE, OFF(model.attn_dropout), 0, 0, 1, MAX_EXCL, NULL, "0", "dropout on attention probabilities, in [0, 1)"},
+  {"model.attention", K_ENUM, ENUM_OFF(model.attention), 0, 0, 0, 0, "fused|materialized", "materialized", "attention kernels: materialized (the T x T scores through batched GEMMs) or fused (tiled, online softmax: memory linear in seq_len)"},
   {"model.final_norm", K_ENUM, ENUM_OFF(model.final_norm), 0, 0, 0, 0, "auto|false|true", "auto", "LN before the output projection: auto = on for pre, off for post"},
   {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, 0, 0, NULL, "false", "output projection shares the token embedding"},
   {"model.positions", K_ENUM, ENUM_OFF(model.positions), 0, 0, 0, 0, "sinusoidal|learned", "sinusoidal", "absolute position encoding"},

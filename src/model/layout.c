@@ -113,8 +113,12 @@ static void layout_layer(cf_model *m, layer_acts *a, size_t N, size_t C, size_t 
   a->rstd2 = cf_arena_take(x, N);
   a->res2 = cf_arena_take(x, N * C);
   a->qkv = cf_arena_take(x, N * 3 * C);
-  a->qkvp = cf_arena_take(x, N * 3 * C);
-  a->att = cf_arena_take(x, (size_t)m->B * m->NH * m->T * m->T);
+  /* materialised: q, k, v per head and the probabilities (B, NH, T, T); fused: the logsumexp of
+   * each query row (B, NH, T) in att, and no permuted copy (the kernels read qkv in place) */
+  size_t BNHT = (size_t)m->B * m->NH * m->T;
+  int fused = m->mc.attention == CF_ATTENTION_FUSED;
+  a->qkvp = fused ? SIZE_MAX : cf_arena_take(x, N * 3 * C);
+  a->att = cf_arena_take(x, fused ? BNHT : BNHT * m->T);
   a->atty = cf_arena_take(x, N * C);
   a->h = cf_arena_take(x, N * F);
   a->a = cf_arena_take(x, N * F);
@@ -152,7 +156,12 @@ static int layout_scratch(cf_model *m) {
   size_t N = (size_t)m->B * m->T, C = (size_t)m->C, F = (size_t)m->F;
   cf_arena *s = &m->scratch;
   if (cf_arena_segment(s, "attention workspace")) return -1;
-  m->s_attn = cf_arena_take(s, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->mc.attn_dropout > 0));
+  if (m->mc.attention == CF_ATTENTION_FUSED) {  /* its scratch depends on B, NH and Tq alone */
+    cf_attention_dims d = {.B = m->B, .Tq = m->T, .NH = m->NH};
+    m->s_attn = cf_arena_take(s, cf_attention_fused_scratch_floats(&d));
+  } else {
+    m->s_attn = cf_arena_take(s, cf_attention_scratch_floats(m->B, m->T, m->C, m->NH, m->mc.attn_dropout > 0));
+  }
   if (cf_arena_segment(s, "backward workspace")) return -1;
   m->s_branch = cf_arena_take(s, N * C);
   m->s_stream = cf_arena_take(s, N * C);

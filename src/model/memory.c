@@ -58,7 +58,8 @@ void cf_model_plan_of(const cf_model *m, const cf_device_info *dev, cf_memory_pl
   p->optimizer = f.m1 + f.m2;
   p->inputs = f.tokens + f.targets;
   p->activations = m->acts.total * 4;
-  p->attention_probs = (size_t)m->L * cf_round_up((size_t)m->B * m->NH * m->T * m->T, 16) * 4;
+  if (m->mc.attention == CF_ATTENTION_MATERIALIZED)  /* fused attention keeps no probabilities */
+    p->attention_probs = (size_t)m->L * cf_round_up((size_t)m->B * m->NH * m->T * m->T, 16) * 4;
   p->attention_workspace = m->scratch.seg[0].floats * 4;
   p->gemm_scratch = gemm_scratch_estimate(m);
   p->workspace = m->scratch.total * 4 + p->gemm_scratch;

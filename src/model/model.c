@@ -243,13 +243,28 @@ static int final_norm_in_block(const cf_model *m) { return m->mc.norm == CF_NORM
 
 /* ---------- the block: Pre-LN and Post-LN ---------- */
 
+/* Causal self-attention over the fused projection qkv (B, T, 3C), read in place by the fused
+ * kernels: q, k, v at channel offsets 0, C, 2C of each row; the output (B, T, C). */
+static cf_attention_dims self_attention(const cf_model *m) {
+  int C = m->C, HS = C / m->NH;
+  cf_attention_dims d = {m->B, m->T, m->T, m->NH, HS, 1, 3 * C, 3 * C, 3 * C, C, (float)(1.0 / sqrt((double)HS))};
+  return d;
+}
+
 static cf_status attention_forward(cf_model *m, int l, cf_mem inp) {
   layer_params *p = &m->lp[l];
   layer_acts *a = &m->la[l];
   int C = m->C;
   CF_TRY(linear_forward(m, A(a->qkv), inp, p->qkv_w, p->qkv_b, C, 3 * C));
-  CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), absent(), m->B,
-                              m->T, C, m->NH, attn_key(m, l)));
+  if (m->mc.attention == CF_ATTENTION_FUSED) {  /* att holds the rows' logsumexp (layout.c) */
+    cf_attention_dims d = self_attention(m);
+    cf_mem qkv = A(a->qkv);
+    CF_TRY(cf_attention_fused_forward(m->ctx, A(a->atty), A(a->att), S(m->s_attn), qkv, cf_shift(qkv, C),
+                                      cf_shift(qkv, 2 * C), absent(), &d, attn_key(m, l)));
+  } else {
+    CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), absent(), m->B,
+                                m->T, C, m->NH, attn_key(m, l)));
+  }
   return linear_forward(m, S(m->s_branch), A(a->atty), p->proj_w, p->proj_b, C, C);
 }
 
@@ -329,8 +344,16 @@ static cf_status attention_backward(cf_model *m, int l, cf_mem dinp, cf_mem dout
   layer_acts *a = &m->la[l];
   int C = m->C;
   CF_TRY(linear_backward(m, S(m->s_res), p->proj_w, p->proj_b, dout, A(a->atty), C, C, 0));
-  CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_res), A(a->qkvp), A(a->att), absent(), m->B,
-                               m->T, C, m->NH, attn_key(m, l)));
+  if (m->mc.attention == CF_ATTENTION_FUSED) {  /* dq | dk | dv straight into s_dqkv (B, T, 3C) */
+    cf_attention_dims d = self_attention(m);
+    cf_mem qkv = A(a->qkv), dqkv = S(m->s_dqkv);
+    CF_TRY(cf_attention_fused_backward(m->ctx, dqkv, cf_shift(dqkv, C), cf_shift(dqkv, 2 * C), S(m->s_attn),
+                                       S(m->s_res), qkv, cf_shift(qkv, C), cf_shift(qkv, 2 * C), A(a->atty),
+                                       A(a->att), absent(), &d, attn_key(m, l)));
+  } else {
+    CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_res), A(a->qkvp), A(a->att), absent(),
+                                 m->B, m->T, C, m->NH, attn_key(m, l)));
+  }
   return linear_backward(m, dinp, p->qkv_w, p->qkv_b, S(m->s_dqkv), inp, C, 3 * C, accumulate);
 }
 

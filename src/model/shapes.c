@@ -1,6 +1,6 @@
 /* The matrix products of one training step, the one list `bench gemm`, `bench step` and `tune` use,
  * and their FLOP count. Must match what model.c issues: forward, the data and weight gradients of
- * every linear layer, and the six batched attention products per layer. */
+ * every linear layer, and with materialised attention its six batched products per layer. */
 #include <stdio.h>
 #include "clformer/model.h"
 
@@ -31,7 +31,8 @@ int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
                       {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
                       {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
                       {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
-  for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
+  if (cfg->model.attention == CF_ATTENTION_MATERIALIZED)  /* fused attention runs no GEMM */
+    for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
   return n;
 }
 
