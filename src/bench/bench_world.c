@@ -27,6 +27,9 @@
 #include "bench/bench_internal.h"
 
 enum { NAME = 300 };  /* bytes of a rank's "host, device" text */
+/* A rank's figures, gathered into world_bench.ranks (rank r's at r * FIGS): its median, fastest and
+ * slowest step, and its median seconds a step inside MPI and in the whole exchange. */
+enum { F_MEDIAN, F_MIN, F_MAX, F_MPI, F_XCHG, FIGS };
 
 typedef struct world_bench {
   cf_context *ctx;
@@ -40,7 +43,7 @@ typedef struct world_bench {
   int shared;                  /* 1: the steps exchange gradients (world phase); 0: rank 0 alone */
   double *t, *wait, *xchg;     /* per timed step: seconds, in MPI, in the whole exchange */
   cf_bench_stats alone;        /* rank 0's alone steps (seconds) */
-  double *ranks;               /* per rank: median, min, max step; median MPI and exchange ms */
+  double *ranks;               /* per rank: FIGS figures */
   char *names;                 /* per rank: "host, device" */
 } world_bench;
 
@@ -59,7 +62,7 @@ static cf_status world_setup(world_bench *w) {
   w->in = malloc(sizeof(int) * (size_t)w->N);
   w->tg = malloc(sizeof(int) * (size_t)w->N);
   w->t = malloc(sizeof(double) * 3 * (size_t)w->steps);
-  w->ranks = malloc(sizeof(double) * 5 * (size_t)wd->size);
+  w->ranks = malloc(sizeof(double) * FIGS * (size_t)wd->size);
   w->names = malloc((size_t)NAME * (size_t)wd->size);
   if (!w->in || !w->tg || !w->t || !w->ranks || !w->names) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   w->wait = w->t + w->steps;
@@ -92,6 +95,23 @@ static cf_status timed(world_bench *w) {
   return CF_OK;
 }
 
+/* This rank's figures of the world phase into every rank's w->ranks. */
+static cf_status gather_figures(world_bench *w) {
+  int size = cf_dist_world()->size;
+  cf_bench_stats s = cf_bench_stats_of(w->t, w->steps);
+  double mine[FIGS] = {[F_MEDIAN] = s.median, [F_MIN] = s.min, [F_MAX] = s.max,
+                       [F_MPI] = cf_bench_stats_of(w->wait, w->steps).median,
+                       [F_XCHG] = cf_bench_stats_of(w->xchg, w->steps).median};
+  double *col = malloc(sizeof(double) * (size_t)size);
+  cf_status st = col ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  for (int k = 0; k < FIGS && st == CF_OK; k++) {
+    st = cf_dist_gather_double(mine[k], col);
+    for (int r = 0; st == CF_OK && r < size; r++) w->ranks[r * FIGS + k] = col[r];
+  }
+  free(col);
+  return st;
+}
+
 /* Warm-up together, rank 0 alone, then all together; every rank's figures gathered. */
 static cf_status world_phases(world_bench *w) {
   const cf_world *wd = cf_dist_world();
@@ -106,17 +126,7 @@ static cf_status world_phases(world_bench *w) {
   CF_TRY(cf_dist_bcast(&w->alone, sizeof w->alone, 0));
   w->shared = 1;
   CF_TRY(timed(w));
-  cf_bench_stats s = cf_bench_stats_of(w->t, w->steps);
-  double mine[5] = {s.median, s.min, s.max, cf_bench_stats_of(w->wait, w->steps).median,
-                    cf_bench_stats_of(w->xchg, w->steps).median};
-  for (int k = 0; k < 5; k++) {  /* ranks[r * 5 + k]: rank r's figure k */
-    double *col = malloc(sizeof(double) * (size_t)wd->size);
-    if (!col) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-    cf_status st = cf_dist_gather_double(mine[k], col);
-    for (int r = 0; st == CF_OK && r < wd->size; r++) w->ranks[r * 5 + k] = col[r];
-    free(col);
-    CF_TRY(st);
-  }
+  CF_TRY(gather_figures(w));
   const cf_device_info *d = cf_context_device(w->ctx);
   char name[NAME];
   snprintf(name, sizeof name, "%.100s, %.180s", wd->host, d->name);
@@ -127,7 +137,7 @@ static cf_status world_phases(world_bench *w) {
 static double world_step_s(const world_bench *w) {
   double worst = 0;
   for (int r = 0; r < cf_dist_world()->size; r++)
-    if (w->ranks[r * 5] > worst) worst = w->ranks[r * 5];
+    if (w->ranks[r * FIGS + F_MEDIAN] > worst) worst = w->ranks[r * FIGS + F_MEDIAN];
   return worst;
 }
 
@@ -143,11 +153,11 @@ static void world_print(const world_bench *w) {
   fprintf(w->out, "  %-4s %-44s %24s %10s %12s %10s\n", "rank", "host, device", "step ms median [min, max]",
           "tokens/s", "exchange ms", "in MPI ms");
   for (int r = 0; r < size; r++) {
-    const double *f = w->ranks + r * 5;
+    const double *f = w->ranks + r * FIGS;
     char range[64];
-    snprintf(range, sizeof range, "%.2f [%.2f, %.2f]", f[0] * 1e3, f[1] * 1e3, f[2] * 1e3);
-    fprintf(w->out, "  %-4d %-44.44s %24s %10.0f %12.2f %10.2f\n", r, w->names + (size_t)r * NAME, range, w->N / f[0],
-            f[4] * 1e3, f[3] * 1e3);
+    snprintf(range, sizeof range, "%.2f [%.2f, %.2f]", f[F_MEDIAN] * 1e3, f[F_MIN] * 1e3, f[F_MAX] * 1e3);
+    fprintf(w->out, "  %-4d %-44.44s %24s %10.0f %12.2f %10.2f\n", r, w->names + (size_t)r * NAME, range,
+            w->N / f[F_MEDIAN], f[F_XCHG] * 1e3, f[F_MPI] * 1e3);
   }
   fprintf(w->out, "world: %.0f tokens/s (%d x %d tokens / the slowest rank's median step %.2f ms); scaling efficiency "
           "%.2f (%.0f / (%d x %.0f))\n", tps, size, w->N, world_step_s(w) * 1e3, tps / (size * tps1), tps, size, tps1);
@@ -159,21 +169,23 @@ static json_t *world_json(const world_bench *w) {
   double tps1 = w->N / w->alone.median, tps = wd->size * w->N / world_step_s(w);
   json_t *rows = json_array();
   for (int r = 0; rows && r < wd->size; r++) {
-    const double *f = w->ranks + r * 5;
-    cf_bench_stats s = {f[0], f[1], f[2]};
-    if (json_array_append_new(rows, json_pack("{s:i, s:s, s:o, s:o, s:o, s:o}", "rank", r, "host_device",
-                                              w->names + (size_t)r * NAME, "step_ms", cf_bench_stats_json(s, 1e3, "%.4f"),
-                                              "tokens_per_s", cf_json_num(w->N / f[0], "%.1f"), "exchange_ms",
-                                              cf_json_num(f[4] * 1e3, "%.4f"), "mpi_ms", cf_json_num(f[3] * 1e3, "%.4f")))) {
+    const double *f = w->ranks + r * FIGS;
+    cf_bench_stats s = {f[F_MEDIAN], f[F_MIN], f[F_MAX]};
+    json_t *row = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o}", "rank", r, "host_device", w->names + (size_t)r * NAME,
+                            "step_ms", cf_bench_stats_json(s, 1e3, "%.4f"), "tokens_per_s",
+                            cf_json_num(w->N / f[F_MEDIAN], "%.1f"), "exchange_ms",
+                            cf_json_num(f[F_XCHG] * 1e3, "%.4f"), "mpi_ms", cf_json_num(f[F_MPI] * 1e3, "%.4f"));
+    if (json_array_append_new(rows, row)) {
       json_decref(rows);
       rows = NULL;
     }
   }
   if (!rows) return NULL;
   return json_pack("{s:i, s:i, s:i, s:i, s:{s:o, s:o}, s:o, s:o, s:o}", "ranks", wd->size, "tokens_per_rank", w->N,
-                   "warmup", w->warmup, "steps", w->steps, "alone", "step_ms", cf_bench_stats_json(w->alone, 1e3, "%.4f"),
-                   "tokens_per_s", cf_json_num(tps1, "%.1f"), "per_rank", rows, "tokens_per_s", cf_json_num(tps, "%.1f"),
-                   "efficiency", cf_json_num(tps / (wd->size * tps1), "%.4f"));
+                   "warmup", w->warmup, "steps", w->steps, "alone", "step_ms",
+                   cf_bench_stats_json(w->alone, 1e3, "%.4f"), "tokens_per_s", cf_json_num(tps1, "%.1f"), "per_rank",
+                   rows, "tokens_per_s", cf_json_num(tps, "%.1f"), "efficiency",
+                   cf_json_num(tps / (wd->size * tps1), "%.4f"));
 }
 
 cf_status cf_bench_step_world(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *out,
