@@ -184,7 +184,8 @@ static void slice_of_the_whole(cf_context *ctx, test_rng *r) {
   test_fill_uniform(r, x, whole, -2, 2);
   for (size_t i = 0; i < whole; i++) ones[i] = 1.0f;
   cf_dropout d = {0.3f, 77, 5, 9, 0};
-  cf_mem all = test_tensor(ctx, x, whole, 0), sum = test_tensor(ctx, NULL, whole, 0), res = test_tensor(ctx, ones, whole, 0);
+  cf_mem all = test_tensor(ctx, x, whole, 0), sum = test_tensor(ctx, NULL, whole, 0);
+  cf_mem res = test_tensor(ctx, ones, whole, 0);
   TEST_OK(cf_residual_dropout_forward(ctx, sum, res, all, whole, d));
   TEST_OK(cf_dropout_forward(ctx, all, whole, d));
   float *want = test_read(ctx, all, whole), *want_sum = test_read(ctx, sum, whole);
@@ -207,6 +208,61 @@ static void slice_of_the_whole(cf_context *ctx, test_rng *r) {
   }
   printf("ok   dropout and residual dropout from group0 = g draw the whole's mask from element 4g on\n");
   free(x); free(ones); free(want); free(want_sum);
+  test_free_tensors();
+}
+
+/* The fused kernels that draw masks take group0 too: residual + dropout + LayerNorm over rows
+ * r0.. of a tensor, with group0 = r0 * C / 4, gives those rows of the whole's result bit for bit
+ * (C = 36: rows cut the 64-element blocks of the CPU shapes); attention over the second sequence
+ * alone, with group0 = its place in the (B, NH, T, T) probabilities, gives the whole's second
+ * sequence (the same products: to rounding). Under gpu_shapes_dropout, the GPU kernels' too. */
+static void fused_kernels_take_group0(cf_context *ctx, test_rng *r) {
+  enum { N = 8, C = 36, R0 = 3, B = 2, T = 12, AC = 8, NH = 2 };
+  cf_dropout d = {0.3f, 11, 4, 21, 0};
+  float x[N * C], br[N * C], w[C], bias[C];
+  test_fill_uniform(r, x, N * C, -1, 1);
+  test_fill_uniform(r, br, N * C, -1, 1);
+  test_fill_uniform(r, w, C, 0.5, 1.5);
+  test_fill_uniform(r, bias, C, -0.5, 0.5);
+  cf_mem W = test_tensor(ctx, w, C, 0), Bi = test_tensor(ctx, bias, C, 0), stats = test_tensor(ctx, NULL, 4 * N, 0);
+  float *whole[2], *part[2];
+  for (int k = 0; k < 2; k++) {  /* k 0: rows 0..N-1 from group 0; k 1: rows R0.. from group R0 * C / 4 */
+    size_t first = k ? (size_t)R0 * C : 0, n = (size_t)N * C - first;
+    cf_dropout dk = d;
+    dk.group0 = (uint32_t)(first / 4);
+    cf_mem out = test_tensor(ctx, NULL, n, 1), res = test_tensor(ctx, NULL, n, 2);
+    cf_mem xk = test_tensor(ctx, x + first, n, 0), bk = test_tensor(ctx, br + first, n, 0);
+    TEST_OK(cf_residual_dropout_layernorm_forward(ctx, out, stats, cf_shift(stats, N), res, xk, bk, W, Bi, (int)(n / C),
+                                                  C, 1e-5f, dk));
+    float **dst = k ? part : whole;
+    dst[0] = test_read(ctx, out, n);
+    dst[1] = test_read(ctx, res, n);
+  }
+  size_t tail = (size_t)(N - R0) * C;
+  TEST_ASSERT(!memcmp(part[0], whole[0] + R0 * C, tail * sizeof(float)) &&
+              !memcmp(part[1], whole[1] + R0 * C, tail * sizeof(float)),
+              "residual dropout LayerNorm from row %d (group0 %d): not the whole's rows", R0, R0 * C / 4);
+  for (int k = 0; k < 2; k++) { free(whole[k]); free(part[k]); }
+  float inp[B * T * 3 * AC];
+  test_fill_uniform(r, inp, B * T * 3 * AC, -1, 1);
+  float *outs[2];
+  for (int k = 0; k < 2; k++) {  /* k 0: both sequences; k 1: the second alone */
+    int b = k ? 1 : B;
+    cf_dropout dk = d;
+    dk.group0 = k ? NH * T * T / 4 : 0;
+    size_t rows = (size_t)b * T;
+    cf_mem out = test_tensor(ctx, NULL, rows * AC, 0), qkvp = test_tensor(ctx, NULL, 3 * rows * AC, 0);
+    cf_mem att = test_tensor(ctx, NULL, (size_t)b * NH * T * T, 0);
+    cf_mem scr = test_tensor(ctx, NULL, cf_attention_scratch_floats(b, T, AC, NH, 1), 0);
+    cf_mem in = test_tensor(ctx, inp + (B - b) * T * 3 * AC, 3 * rows * AC, 0);
+    TEST_OK(cf_attention_forward(ctx, out, qkvp, att, scr, in, cf_at(NULL, 0), b, T, AC, NH, dk));
+    outs[k] = test_read(ctx, out, (size_t)b * T * AC);
+  }
+  double ref[T * AC];
+  for (int i = 0; i < T * AC; i++) ref[i] = outs[0][T * AC + i];
+  test_compare("attention of sequence 1 alone (group0) against the whole's", outs[1], ref, T * AC, 1e-6, 1e-5);
+  free(outs[0]); free(outs[1]);
+  printf("ok   residual dropout LayerNorm and attention take group0: rows of the whole\n");
   test_free_tensors();
 }
 
@@ -253,11 +309,13 @@ int main(void) {
   static const size_t sizes[] = {1, 3, 4, 5, 1001, 4096 * 512};
   static const float ps[] = {0.1f, 0.5f, 0.9f};
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
-    for (int k = 0; k < 3; k++) forward_backward(ctx, &r, (cf_dropout){ps[k], 31337, (uint32_t)s, (uint32_t)k, 0}, sizes[s]);
+    for (int k = 0; k < 3; k++)
+      forward_backward(ctx, &r, (cf_dropout){ps[k], 31337, (uint32_t)s, (uint32_t)k, 0}, sizes[s]);
   finite_differences(ctx, &r);
   p_zero_is_identity(ctx, &r);
   statistics(ctx);
   slice_of_the_whole(ctx, &r);
+  fused_kernels_take_group0(ctx, &r);
   past_32_bits(ctx);
   bad_arguments(ctx);
   cf_context_free(ctx);
