@@ -104,8 +104,16 @@ const char *cf_cache_dir(void);
  * Runs by itself after each cache write (60 days, CLFORMER_CACHE_MAX_MB or 256 MB). */
 int cf_cache_prune(const char *dir, double max_age_days, size_t max_bytes);
 
-/* Work-group size every reduction kernel is compiled for (CF_WG in the #define block). */
+/* The work-group size programs built from now on are compiled for (CF_WG in the #define block). */
 size_t cf_context_wg(const cf_context *ctx);
+/* A program's work-group size: the CF_WG it was built with (the program is built on first use), at
+ * most the least CL_KERNEL_WORK_GROUP_SIZE of its kernels. Launches of its reduction kernels use it. */
+size_t cf_program_wg(cf_context *ctx, const char *program);
+/* A work-group of `want` items for a kernel of `program` that may take any size: at most its cf_program_wg. */
+static inline size_t cf_program_local(cf_context *ctx, const char *program, size_t want) {
+  size_t wg = cf_program_wg(ctx, program);
+  return want < wg ? want : wg;
+}
 /* Whether kernels take their CPU shapes (a row per work-item, wide vectors, no barriers) or their
  * GPU shapes (work-groups of CF_WG with local-memory reductions): CF_DEVICE_IS_CPU in every
  * program, and the launch grids. The device type decides; CLFORMER_KERNEL_SHAPES=gpu|cpu

@@ -35,7 +35,7 @@ static size_t vec_width(const cf_context *ctx) { return is_cpu(ctx) ? 16 : 1; }
 
 /* Flat kernels: one item per vec_width elements. */
 static void grid1(cf_context *ctx, size_t n, size_t *global, size_t *local) {
-  *local = is_cpu(ctx) ? 8 : cf_context_wg(ctx);
+  *local = is_cpu(ctx) ? 8 : cf_program_wg(ctx, "activation");
   *global = (n + vec_width(ctx) - 1) / vec_width(ctx);
 }
 
@@ -44,7 +44,7 @@ static void grid1(cf_context *ctx, size_t n, size_t *global, size_t *local) {
  * contiguous lines: groups of 8 rows of one 16-column block strode through memory at 3-4x the
  * cost). */
 static void grid2(cf_context *ctx, int N, int C, size_t global[2], size_t local[2]) {
-  size_t wg = cf_context_wg(ctx);
+  size_t wg = cf_program_wg(ctx, "activation");
   global[0] = ((size_t)C + vec_width(ctx) - 1) / vec_width(ctx);
   global[1] = (size_t)N;
   if (is_cpu(ctx)) {
@@ -59,7 +59,7 @@ static void grid2(cf_context *ctx, int N, int C, size_t global[2], size_t local[
 /* Column reductions. CPU: one work-item per ACT_CPU_COLS (64) columns walking every row, in
  * small groups. Elsewhere: one group of wg items per min(wg, 32) columns (ACT_TX). */
 static void column_grid(cf_context *ctx, int C, size_t *global, size_t *local) {
-  size_t wg = cf_context_wg(ctx), tx = wg < 32 ? wg : 32;
+  size_t wg = cf_program_wg(ctx, "activation"), tx = wg < 32 ? wg : 32;
   if (is_cpu(ctx)) {
     *local = 1;
     *global = ((size_t)C + 63) / 64;

@@ -45,7 +45,7 @@ static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_me
   cf_arg_mem(&L, dst);
   cf_arg_mem(&L, src);
   CF_ARG_INTS(&L, S, B, T, C, NH, vec);
-  size_t n = (size_t)S * B * T * C, local = 64;
+  size_t n = (size_t)S * B * T * C, local = cf_program_local(ctx, "attention", 64);
   size_t global = vec ? n / 4 : n;
   if (cf_context_cpu_shapes(ctx)) {  /* one item per row of HS floats (cl/attention.cl) */
     global = (size_t)S * B * NH * T;
@@ -63,7 +63,7 @@ static void softmax_grid(cf_context *ctx, int rows, int T, size_t *global, size_
     return;
   }
   size_t l = 1;
-  while (l < (size_t)T && l < cf_context_wg(ctx)) l *= 2;
+  while (l < (size_t)T && l < cf_program_wg(ctx, "attention")) l *= 2;
   *local = l;
   *global = (size_t)rows * l;
 }
@@ -139,7 +139,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     cf_arg_int(&L, n);
     cf_arg_dropout(&L, drop);
     size_t global, local;
-    cf_dropout_grid(ctx, (size_t)n, &global, &local);
+    cf_dropout_grid(ctx, "attention", (size_t)n, &global, &local);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
     pd = datt;
   }

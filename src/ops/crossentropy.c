@@ -7,7 +7,7 @@
 static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
 static void row_grid(cf_context *ctx, int N, size_t *global, size_t *local) {
-  *local = is_cpu(ctx) ? 32 : cf_context_wg(ctx);
+  *local = is_cpu(ctx) ? 32 : cf_program_wg(ctx, "crossentropy");
   *global = is_cpu(ctx) ? (size_t)N : (size_t)N * *local;
 }
 
@@ -23,7 +23,7 @@ static cf_status check_args(int N, int V, float smoothing) {
 /* loss[0] = mean of the counted rows' losses: one work-group (one work-item on CPUs). */
 static cf_status launch_mean(cf_context *ctx, cf_mem loss, cf_mem losses, cf_mem targets, int N, int V,
                              int ignore_index) {
-  size_t wg = is_cpu(ctx) ? 1 : cf_context_wg(ctx);
+  size_t wg = is_cpu(ctx) ? 1 : cf_program_wg(ctx, "crossentropy");
   cf_launch L;
   cf_launch_begin(&L, ctx, "crossentropy", "crossentropy_mean");
   CF_ARG_MEMS(&L, loss, losses, targets);

@@ -23,13 +23,14 @@ cf_status cf_dropout_check(cf_dropout d, size_t n) {
   return CF_OK;
 }
 
-/* The grid of the flat dropout kernels for n elements: CF_DROPOUT_ITEM (cl/dropout.clh) elements
- * per work-item, 64 on CPUs, 4 elsewhere. Shared with residual.c and attention.c. */
-void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local) {
+/* The grid of the flat dropout kernels of `program` for n elements: CF_DROPOUT_ITEM
+ * (cl/dropout.clh) elements per work-item, 64 on CPUs, 4 elsewhere. Shared with residual.c and
+ * attention.c. */
+void cf_dropout_grid(cf_context *ctx, const char *program, size_t n, size_t *global, size_t *local) {
   int cpu = cf_context_cpu_shapes(ctx);
   size_t per = cpu ? 64 : 4;
   *global = (n + per - 1) / per;
-  *local = cpu ? 16 : cf_context_wg(ctx);
+  *local = cpu ? 16 : cf_program_wg(ctx, program);
 }
 
 void cf_arg_dropout(cf_launch *L, cf_dropout d) {
@@ -44,7 +45,7 @@ void cf_arg_dropout(cf_launch *L, cf_dropout d) {
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d) {
   size_t global, local;
-  cf_dropout_grid(ctx, n, &global, &local);
+  cf_dropout_grid(ctx, "dropout", n, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "dropout", "dropout_forward");
   cf_arg_mem(&L, out);

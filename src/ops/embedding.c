@@ -13,8 +13,8 @@ static cf_status check_dims(int B, int T, int C, int V) {
 
 /* Work-groups of (channels, positions) for the per-(c, t) kernels: up to 64 x 4, within the
  * device's work-group limit (Oclgrind's can be 64). */
-static void channel_groups(const cf_context *ctx, int C, size_t local[2]) {
-  size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4), ly = 4, cap = cf_context_wg(ctx);
+static void channel_groups(cf_context *ctx, int C, size_t local[2]) {
+  size_t lx = C >= 64 ? 64 : (C >= 16 ? 16 : 4), ly = 4, cap = cf_program_wg(ctx, "embedding");
   while (lx * ly > cap && ly > 1) ly /= 2;
   while (lx * ly > cap && lx > 1) lx /= 2;
   local[0] = lx;
@@ -73,7 +73,7 @@ cf_status cf_embedding_backward(cf_context *ctx, cf_mem dwte, cf_mem dwpe, cf_me
   size_t VT = cf_context_cpu_shapes(ctx) ? cpu_range(ctx, B * T, C, V) : 0;
   if (VT) return backward_cpu(ctx, dwte, dwpe, dout, tokens, B, T, C, V, token_scale, VT);
   cf_launch L;
-  size_t wg = cf_context_wg(ctx);
+  size_t wg = cf_program_wg(ctx, "embedding");
   cf_launch_begin(&L, ctx, "embedding", "embedding_backward_wte");
   CF_ARG_MEMS(&L, dwte, dout, tokens);
   cf_arg_int(&L, B * T);

@@ -11,8 +11,8 @@
 static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
 /* The row kernels' grid: N groups of wg, or on CPUs N items in groups of LN_CPU_ROWS. */
-static void row_grid(const cf_context *ctx, int N, size_t *global, size_t *local) {
-  *local = is_cpu(ctx) ? LN_CPU_ROWS : cf_context_wg(ctx);
+static void row_grid(cf_context *ctx, int N, size_t *global, size_t *local) {
+  *local = is_cpu(ctx) ? LN_CPU_ROWS : cf_program_wg(ctx, "layernorm");
   *global = is_cpu(ctx) ? (size_t)N : (size_t)N * *local;
 }
 
@@ -45,7 +45,7 @@ cf_status cf_layernorm_forward(cf_context *ctx, cf_mem out, cf_mem mean, cf_mem 
 /* dweight += sum_n dout * xhat, dbias += sum_n dout: the column reduction both backwards run first. */
 static cf_status backward_params(cf_context *ctx, cf_mem dweight, cf_mem dbias, cf_mem dout, cf_mem inp, cf_mem mean,
                                  cf_mem rstd, int N, int C) {
-  size_t wg = cf_context_wg(ctx);
+  size_t wg = cf_program_wg(ctx, "layernorm");
   size_t tx = wg < 32 ? wg : 32;  /* LN_TX in cl/layernorm.cl */
   size_t global = ((size_t)C + tx - 1) / tx * wg, local = wg;
   if (is_cpu(ctx)) global = ((size_t)C + 63) / 64, local = 1;  /* 64 columns per item */

@@ -7,7 +7,7 @@
 #include "clformer/ops.h"
 
 cf_status cf_dropout_check(cf_dropout d, size_t n);
-void cf_dropout_grid(const cf_context *ctx, size_t n, size_t *global, size_t *local);
+void cf_dropout_grid(cf_context *ctx, const char *program, size_t n, size_t *global, size_t *local);
 /* out = in * mask * scale (out may be in). */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
 /* p, scale, seed, step, tensor_id, group0, in that order. */

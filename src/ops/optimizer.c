@@ -18,12 +18,12 @@ static cf_status check_n(const char *what, size_t n) {
 
 static int is_cpu(const cf_context *ctx) { return cf_context_cpu_shapes(ctx); }
 
-static size_t elementwise_local(cf_context *ctx) { return cf_context_wg(ctx); }
+static size_t elementwise_local(cf_context *ctx) { return cf_program_wg(ctx, "optimizer"); }
 
 /* The norm kernels' grid for nb blocks: on CPUs one item per block (cl/optimizer.cl), in groups
  * of `cpu_local`; else one work-group of CF_WG per block. */
 static void block_grid(cf_context *ctx, size_t nb, size_t cpu_local, size_t *global, size_t *local) {
-  *local = is_cpu(ctx) ? cpu_local : cf_context_wg(ctx);
+  *local = is_cpu(ctx) ? cpu_local : cf_program_wg(ctx, "optimizer");
   *global = is_cpu(ctx) ? nb : nb * *local;
 }
 
@@ -101,7 +101,7 @@ size_t cf_norm_scratch_floats(size_t n) { return blocks_for(n, NORM_MAX_BLOCKS);
 
 cf_status cf_global_norm(cf_context *ctx, cf_mem out, cf_mem x, size_t n, cf_mem scratch) {
   CF_TRY(check_n("cf_global_norm", n));
-  size_t wg = cf_context_wg(ctx), nb = blocks_for(n, NORM_MAX_BLOCKS);
+  size_t wg = cf_program_wg(ctx, "optimizer"), nb = blocks_for(n, NORM_MAX_BLOCKS);
   cf_launch L;
   cf_launch_begin(&L, ctx, "optimizer", "sumsq_partials");
   cf_arg_mem(&L, scratch);
@@ -167,7 +167,7 @@ cf_status cf_segment_norms(cf_context *ctx, cf_mem out, cf_mem x, const size_t *
   cf_launch_begin(&L, ctx, "optimizer", "segment_norms_finish");
   CF_ARG_MEMS(&L, out, scratch, cf_shift(scratch, 5 * nb));
   cf_arg_int(&L, nseg);
-  size_t global = (size_t)nseg, local = 64;
+  size_t global = (size_t)nseg, local = cf_program_local(ctx, "optimizer", 64);
   return cf_launch_run(&L, 1, &global, &local);
 }
 

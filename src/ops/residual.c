@@ -14,7 +14,7 @@ static cf_status check_n(size_t n) {
 
 cf_status cf_residual_forward(cf_context *ctx, cf_mem out, cf_mem inp1, cf_mem inp2, size_t n) {
   CF_TRY(check_n(n));
-  size_t local = cf_context_wg(ctx);
+  size_t local = cf_program_wg(ctx, "residual");
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_forward");
   CF_ARG_MEMS(&L, out, inp1, inp2);
@@ -26,7 +26,7 @@ cf_status cf_residual_dropout_forward(cf_context *ctx, cf_mem out, cf_mem res, c
   CF_TRY(cf_dropout_check(d, n));
   if (d.p == 0.0f) return cf_residual_forward(ctx, out, res, branch, n);
   size_t global, local;
-  cf_dropout_grid(ctx, n, &global, &local);
+  cf_dropout_grid(ctx, "residual", n, &global, &local);
   cf_launch L;
   cf_launch_begin(&L, ctx, "residual", "residual_dropout_forward");
   CF_ARG_MEMS(&L, out, res, branch);
@@ -43,7 +43,7 @@ cf_status cf_residual_dropout_backward(cf_context *ctx, cf_mem dbranch, cf_mem d
 
 cf_status cf_scale(cf_context *ctx, cf_mem x, size_t n, float alpha) {
   CF_TRY(check_n(n));
-  size_t local = cf_context_wg(ctx);
+  size_t local = cf_program_wg(ctx, "elementwise");
   cf_launch L;
   cf_launch_begin(&L, ctx, "elementwise", "scale");
   cf_arg_mem(&L, x);

@@ -70,6 +70,6 @@ cf_status cf_fill(cf_context *ctx, cf_mem m, float value, size_t n) {
   cf_arg_mem(&L, m);
   cf_arg_float(&L, value);
   cf_arg_int(&L, (int)n);
-  size_t global = n, local = 64;
+  size_t global = n, local = cf_program_local(ctx, "elementwise", 64);
   return cf_launch_run(&L, 1, &global, &local);
 }

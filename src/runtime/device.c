@@ -301,8 +301,7 @@ cf_status cf_context_create(const cf_context_options *opts, cf_context **out) {
     }
     ctx->cpu_shapes = !strcmp(shapes, "cpu");
   }
-  snprintf(ctx->defines, sizeof ctx->defines,
-           "/* clformer defines */\n#define CF_WG %zu\n#define CF_DEVICE_IS_CPU %d\n", ctx->wg, ctx->cpu_shapes);
+  cf_context_set_wg(ctx, ctx->wg);
   /* Ask for OpenCL C 1.2 explicitly where the device offers it; 1.1 devices get the default. */
   snprintf(ctx->build_options, sizeof ctx->build_options, "%s",
            strstr(ctx->info.opencl_c_version, "OpenCL C 1.0") || strstr(ctx->info.opencl_c_version, "OpenCL C 1.1")
@@ -388,6 +387,12 @@ cf_status cf_context_ext_zeroed(cf_context *ctx, const void *key, size_t bytes, 
 cl_context cf_context_cl(const cf_context *ctx) { return ctx->cl; }
 cl_command_queue cf_context_queue(const cf_context *ctx) { return ctx->queue; }
 size_t cf_context_wg(const cf_context *ctx) { return ctx->wg; }
+
+void cf_context_set_wg(cf_context *ctx, size_t wg) {
+  ctx->wg = wg;
+  snprintf(ctx->defines, sizeof ctx->defines,
+           "/* clformer defines */\n#define CF_WG %zu\n#define CF_DEVICE_IS_CPU %d\n", ctx->wg, ctx->cpu_shapes);
+}
 int cf_context_cpu_shapes(const cf_context *ctx) { return ctx->cpu_shapes; }
 const char *cf_program_defines(const cf_context *ctx) { return ctx->defines; }
 cf_cache_stats cf_context_cache_stats(const cf_context *ctx) { return ctx->cache; }

@@ -279,6 +279,54 @@ done:
   return st;
 }
 
+static void release_program(cf_loaded_program *lp) {
+  for (cl_uint k = 0; lp->kernels && k < lp->nkernels; k++) CF_RELEASE(clReleaseKernel, lp->kernels[k]);
+  free(lp->kernels);
+  free(lp->kernel_names);
+  CF_RELEASE(clReleaseProgram, lp->program);
+  memset(lp, 0, sizeof *lp);
+}
+
+/* The program built from src with the context's #define block, its kernels made and named; the
+ * least CL_KERNEL_WORK_GROUP_SIZE among them in *least. */
+static cf_status build_kernels(cf_context *ctx, const char *name, const char *src, cf_loaded_program *lp,
+                               size_t *least) {
+  cf_status st;
+  memset(lp, 0, sizeof *lp);
+  snprintf(lp->name, sizeof lp->name, "%s", name);
+  lp->wg = ctx->wg;
+  CF_TRY(cf_program_build_source(ctx, name, src, &lp->program));
+  CF_CHECK_GOTO(clCreateKernelsInProgram(lp->program, 0, NULL, &lp->nkernels), st, fail);
+  lp->kernels = calloc(lp->nkernels ? lp->nkernels : 1, sizeof *lp->kernels);
+  lp->kernel_names = calloc(lp->nkernels ? lp->nkernels : 1, sizeof *lp->kernel_names);
+  if (!lp->kernels || !lp->kernel_names) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
+  if (lp->nkernels) CF_CHECK_GOTO(clCreateKernelsInProgram(lp->program, lp->nkernels, lp->kernels, NULL), st, fail);
+  *least = ctx->info.max_work_group;
+  for (cl_uint k = 0; k < lp->nkernels; k++) {
+    size_t kwg = 0;
+    CF_CHECK_GOTO(clGetKernelInfo(lp->kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof lp->kernel_names[k],
+                                  lp->kernel_names[k], NULL), st, fail);
+    CF_CHECK_GOTO(clGetKernelWorkGroupInfo(lp->kernels[k], ctx->info.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
+                                           NULL), st, fail);
+    if (kwg < *least) *least = kwg;
+  }
+  if (*least < ctx->kernel_wg_floor) ctx->kernel_wg_floor = *least;
+  return CF_OK;
+fail:
+  release_program(lp);
+  return st;
+}
+
+static size_t power_of_2_within(size_t n) {
+  size_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+/* A program whose kernel allows fewer work-items than CF_WG (CL_KERNEL_WORK_GROUP_SIZE: registers
+ * or local memory a GPU's kernel needs) gets a smaller work-group: CF_WG is lowered for the context
+ * and the program rebuilt with it, when its source uses CF_WG (a program that does not keeps its
+ * binary and launches the smaller groups). Programs built before keep theirs (cf_program_wg). */
 static cf_status load_program(cf_context *ctx, const char *name, cf_loaded_program **out) {
   for (int i = 0; i < ctx->nprograms; i++)
     if (!strcmp(ctx->programs[i].name, name)) { *out = &ctx->programs[i]; return CF_OK; }
@@ -292,35 +340,35 @@ static cf_status load_program(cf_context *ctx, const char *name, cf_loaded_progr
   }
   char *src;
   CF_TRY(cf_program_source(name, &src));
-  cl_program p;
-  cf_status st = cf_program_build_source(ctx, name, src, &p);
+  cf_loaded_program lp;
+  size_t least = 0;
+  cf_status st;
+  while ((st = build_kernels(ctx, name, src, &lp, &least)) == CF_OK && least < lp.wg) {
+    cf_log(2, "note: %s: a kernel allows %zu work-items (CL_KERNEL_WORK_GROUP_SIZE) on %s, fewer than CF_WG %zu",
+           name, least, ctx->info.name, lp.wg);
+    if (!strstr(src, "CF_WG")) {
+      lp.wg = power_of_2_within(least);
+      break;
+    }
+    release_program(&lp);
+    cf_context_set_wg(ctx, power_of_2_within(least));
+  }
   free(src);
   if (st != CF_OK) return st;
-  cf_loaded_program lp = {0};
-  snprintf(lp.name, sizeof lp.name, "%s", name);
-  lp.program = p;
-  CF_CHECK_GOTO(clCreateKernelsInProgram(p, 0, NULL, &lp.nkernels), st, fail);
-  lp.kernels = calloc(lp.nkernels ? lp.nkernels : 1, sizeof *lp.kernels);
-  lp.kernel_names = calloc(lp.nkernels ? lp.nkernels : 1, sizeof *lp.kernel_names);
-  if (!lp.kernels || !lp.kernel_names) { st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory"); goto fail; }
-  if (lp.nkernels) CF_CHECK_GOTO(clCreateKernelsInProgram(p, lp.nkernels, lp.kernels, NULL), st, fail);
-  for (cl_uint k = 0; k < lp.nkernels; k++) {
-    size_t kwg = 0;
-    CF_CHECK_GOTO(clGetKernelInfo(lp.kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof lp.kernel_names[k],
-                                  lp.kernel_names[k], NULL), st, fail);
-    CF_CHECK_GOTO(clGetKernelWorkGroupInfo(lp.kernels[k], ctx->info.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
-                                           NULL), st, fail);
-    if (kwg < ctx->kernel_wg_floor) ctx->kernel_wg_floor = kwg;
-  }
   ctx->programs[ctx->nprograms] = lp;
   *out = &ctx->programs[ctx->nprograms++];
   return CF_OK;
-fail:
-  for (cl_uint k = 0; lp.kernels && k < lp.nkernels; k++) CF_RELEASE(clReleaseKernel, lp.kernels[k]);
-  free(lp.kernels);
-  free(lp.kernel_names);
-  CF_RELEASE(clReleaseProgram, p);
-  return st;
+}
+
+size_t cf_program_wg(cf_context *ctx, const char *program) {
+  cf_loaded_program *lp;
+  int v = cf_verbosity();
+  cf_set_verbosity(-1);  /* a failed build is the launch's to report, which meets it again */
+  cf_status st = load_program(ctx, program, &lp);
+  cf_set_verbosity(v);
+  if (st == CF_OK) return lp->wg;
+  cf_clear_error();
+  return ctx->wg;
 }
 
 cf_status cf_kernel_get(cf_context *ctx, const char *program, const char *kernel, cl_kernel *out) {

@@ -11,6 +11,7 @@ typedef struct cf_loaded_program {
   cl_uint nkernels;
   cl_kernel *kernels;
   char (*kernel_names)[64];
+  size_t wg;                     /* its work-group size: CF_WG as it was built (cf_program_wg) */
 } cf_loaded_program;
 
 /* Per-context state of an upper layer (the GEMM layer's scratch, for one): the runtime holds it and
@@ -50,6 +51,9 @@ cf_status cf_context_ext_set(cf_context *ctx, const void *key, void *state, cf_c
 /* The state under key, made on first use: `bytes` zeroed bytes, released with free() with the
  * context (for state that holds no resources of its own). */
 cf_status cf_context_ext_zeroed(cf_context *ctx, const void *key, size_t bytes, void **out);
+
+/* Set the CF_WG of programs built from now on (and the #define block that carries it). */
+void cf_context_set_wg(cf_context *ctx, size_t wg);
 
 /* The second queue on the device, for maps that must not wait behind the compute queue's work
  * (an in-order queue runs a map after everything enqueued before it); made on first use. */

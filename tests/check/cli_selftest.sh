@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `clformer selftest` passes on a working device, and a device that computes wrong (simulated by
-# kernels with a skewed exp, via CLFORMER_KERNEL_DIR) fails it, and `train` refuses that device; a
-# pass is recorded, so `train` does not run the self-test again.
+# `clformer selftest` passes on a working device, and on one whose kernels allow fewer work-items than
+# CF_WG; a device that computes wrong (simulated by kernels with a skewed exp, via CLFORMER_KERNEL_DIR)
+# fails it, and `train` refuses that device; a pass is recorded, so `train` does not run the self-test
+# again.
 bin=$1; src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
@@ -16,6 +17,15 @@ sed -i 's/0xD2511F53u/0xD2511F55u/g' "$tmp/cl/philox.clh"
 grep -q 0xD2511F55u "$tmp/cl/philox.clh" || { echo "FAIL could not skew philox.clh"; exit 1; }
 out=$(CLFORMER_KERNEL_DIR="$tmp/cl" CLFORMER_CACHE_DIR="$tmp/cache" "$bin" selftest 2>&1); rc=$?
 if [[ $rc -eq 1 && "$out" == *FAIL* ]]; then echo "ok   skewed kernels fail the selftest"; else echo "FAIL skewed kernels: rc=$rc"; echo "$out"; fail=1; fi
+# kernels that allow fewer work-items than CF_WG (tests/lib/clfault.c: CL_KERNEL_WORK_GROUP_SIZE says 48 and
+# larger launches fail, as on a GPU whose kernel needs many registers), with the GPU kernel shapes: every op
+# launches within the kernel's limit (CF_WG lowered to 32, the programs rebuilt) and still passes
+fault=$(dirname "$bin")/libclfault.so
+out=$(CLFAULT_KERNEL_WG=48 LD_PRELOAD="$fault" CLFORMER_KERNEL_SHAPES=gpu CLFORMER_CACHE_DIR="$tmp/cache-wg" "$bin" selftest 2>&1)
+rc=$?
+if [[ $rc -eq 0 && "$out" == *" ops pass"* && "$out" != *FAIL* && "$out" != *INVALID_WORK_GROUP_SIZE* ]]
+then echo "ok   kernels allowing 48 work-items: every op launches within it and passes (GPU shapes)"
+else echo "FAIL kernels allowing 48 work-items: rc=$rc"; echo "$out" | grep -v " pass " | head; fail=1; fi
 # kernels that cannot be read: the run stops with the file named, never "0 of 0 ops pass"
 out=$(CLFORMER_KERNEL_DIR="$tmp/nosuch" CLFORMER_CACHE_DIR="$tmp/cache" "$bin" selftest 2>&1); rc=$?
 if [[ $rc -eq 1 && "$out" == *"cannot open $tmp/nosuch/"* && "$out" == *"stopped after 0 ops"* && "$out" != *"ops pass"* ]]

@@ -9,6 +9,10 @@
  *   CLFAULT_STICKY=1                 every call from the Nth on fails (a device that stays broken)
  *   CLFAULT_COUNT_FILE=PATH          at exit, write "enqueue E\ncreate_buffer B\n" (the calls made), so a
  *                                    test can aim N at a moment of a run measured beforehand
+ *   CLFAULT_KERNEL_WG=N              every kernel allows at most N work-items: CL_KERNEL_WORK_GROUP_SIZE
+ *                                    answers at most N, and a launch of larger work-groups fails with
+ *                                    CL_INVALID_WORK_GROUP_SIZE, as a GPU driver's kernel that needs many
+ *                                    registers would
  * Built only for the tests (CMakeLists.txt); nothing of it is installed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -55,7 +59,22 @@ CL_API_ENTRY cl_int CL_API_CALL clEnqueueNDRangeKernel(cl_command_queue q, cl_ke
                         const cl_event *, cl_event *);
   if (!next) *(void **)&next = real("clEnqueueNDRangeKernel");
   if (fails("CLFAULT_ENQUEUE_FAIL_AT", __atomic_add_fetch(&n_enqueue, 1, __ATOMIC_RELAXED))) return fault_code();
+  long kernel_wg = env_long("CLFAULT_KERNEL_WG");
+  size_t items = 1;
+  for (cl_uint d = 0; local && d < dims; d++) items *= local[d];
+  if (kernel_wg > 0 && local && items > (size_t)kernel_wg) return CL_INVALID_WORK_GROUP_SIZE;
   return next(q, k, dims, offset, global, local, nwait, wait, event);
+}
+
+CL_API_ENTRY cl_int CL_API_CALL clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id dev, cl_kernel_work_group_info what,
+                                                         size_t size, void *value, size_t *size_ret) {
+  static cl_int (*next)(cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void *, size_t *);
+  if (!next) *(void **)&next = real("clGetKernelWorkGroupInfo");
+  cl_int err = next(k, dev, what, size, value, size_ret);
+  long kernel_wg = env_long("CLFAULT_KERNEL_WG");
+  if (err == CL_SUCCESS && what == CL_KERNEL_WORK_GROUP_SIZE && value && kernel_wg > 0 && *(size_t *)value > (size_t)kernel_wg)
+    *(size_t *)value = (size_t)kernel_wg;
+  return err;
 }
 
 CL_API_ENTRY cl_mem CL_API_CALL clCreateBuffer(cl_context ctx, cl_mem_flags flags, size_t size, void *host,
