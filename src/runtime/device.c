@@ -212,14 +212,15 @@ void cf_device_print_table(FILE *f, const cf_device_info *l, int count, int auto
 static json_t *device_json(const cf_device_info *d, int is_auto) {
   char id[32];
   snprintf(id, sizeof id, "%d:%d", d->platform_index, d->device_index);
-  return json_pack("{s:s, s:o, s:o, s:o, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:b, s:b, s:b}", "id", id,
+  return json_pack("{s:s, s:o, s:o, s:o, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:b, s:b, s:b, s:b}", "id", id,
                    "platform", cf_json_str(d->platform_name), "platform_version", cf_json_str(d->platform_version),
                    "name", cf_json_str(d->name), "vendor", cf_json_str(d->vendor), "type", cf_device_type_str(d->type),
                    "compute_units", (json_int_t)d->compute_units, "clock_mhz", (json_int_t)d->clock_mhz,
                    "global_mem_bytes", (json_int_t)d->global_mem, "local_mem_bytes", (json_int_t)d->local_mem,
                    "max_alloc_bytes", (json_int_t)d->max_alloc, "max_work_group_size", (json_int_t)d->max_work_group,
                    "opencl_c_version", cf_json_str(d->opencl_c_version), "driver_version",
-                   cf_json_str(d->driver_version), "fp16", d->fp16, "fp64", d->fp64, "auto", is_auto);
+                   cf_json_str(d->driver_version), "fp16", d->fp16, "fp64", d->fp64, "host_unified_memory",
+                   d->host_unified, "auto", is_auto);
 }
 
 cf_status cf_device_print_json(FILE *f, const cf_device_info *l, int count, int auto_index) {

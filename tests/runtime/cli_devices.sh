@@ -14,6 +14,9 @@ json=$("$bin" devices --json); rc=$?
 check "--json exits 0" "[[ $rc -eq 0 ]]"
 check "--json is valid JSON with one auto device" \
   "python3 -c 'import json,sys; d=json.load(sys.stdin); assert sum(x[\"auto\"] for x in d[\"devices\"])==1' <<<\"\$json\""
+# CL_DEVICE_HOST_UNIFIED_MEMORY, the zero-copy choice's input: PoCL's CPU device shares host memory
+check "--json gives each device's host_unified_memory (true on PoCL)" \
+  "python3 -c 'import json,sys; d=json.load(sys.stdin)[\"devices\"]; assert all(type(x[\"host_unified_memory\"]) is bool for x in d); assert all(x[\"host_unified_memory\"] for x in d if \"Portable\" in x[\"platform\"])' <<<\"\$json\""
 
 out=$("$bin" devices --device 0:0); rc=$?
 check "--device 0:0 selects" '[[ $rc -eq 0 && "$out" == *"'"'"'0:0'"'"' selects 0:0"* ]]'
