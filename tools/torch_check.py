@@ -2,6 +2,7 @@
 """An independent implementation of clformer's model in PyTorch, to cross-check it.
 
 usage: torch_check.py CHECKPOINT GRADS [--tol 1e-4]
+       torch_check.py --init CHECKPOINT
 
 CHECKPOINT is a clformer checkpoint (safetensors: weights named as in the README, the resolved
 config in its metadata). GRADS is a safetensors file holding clformer's loss ("loss"), the batch
@@ -9,6 +10,11 @@ config in its metadata). GRADS is a safetensors file holding clformer's loss ("l
 batch with dropout off. This script rebuilds the model from the config with plain torch ops,
 computes the loss and all gradients in float64, and compares: it prints the worst relative error
 per tensor and exits 1 if any exceeds the tolerance (relative Frobenius error), 0 otherwise.
+--init: CHECKPOINT holds a model as cf_model_init left it. Each tensor is compared with the same
+tensor initialised by PyTorch (tools/torch_init.py: torch.nn.init's xavier_uniform_, normal_, ones_,
+zeros_ by the config's model.init): the constants must be equal, the random tensors drawn from the
+same distribution (a two-sample Kolmogorov-Smirnov test at significance 1e-4, and a Xavier tensor
+inside its bound). Exits 1 naming every tensor that differs.
 It reads safetensors with json + struct, so only torch (Debian's python3-torch) and PyYAML are needed.
 """
 import json, math, struct, sys
@@ -16,6 +22,8 @@ import json, math, struct, sys
 import torch
 import torch.nn.functional as F
 import yaml
+
+import torch_init
 
 
 def read_safetensors(path):
@@ -88,8 +96,50 @@ def forward(cfg, w, inputs, targets):
                            label_smoothing=float(m["label_smoothing"]))
 
 
+def ks_statistic(a, b):
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs."""
+    a, b = a.double().flatten().sort().values, b.double().flatten().sort().values
+    x = torch.cat([a, b])
+    cdf_a = torch.searchsorted(a, x, right=True).double() / len(a)
+    cdf_b = torch.searchsorted(b, x, right=True).double() / len(b)
+    return (cdf_a - cdf_b).abs().max().item()
+
+
+def check_init(path):
+    weights, meta = read_safetensors(path)
+    model = yaml.safe_load(meta["config"])["model"]
+    torch.manual_seed(0)
+    c_alpha = math.sqrt(-math.log(1e-4 / 2) / 2)  # KS critical value at significance 1e-4
+    failures = 0
+    for name, ours in weights.items():
+        if name.startswith("optimizer."):
+            continue
+        kind = torch_init.rule(name, model)
+        theirs = torch_init.init_(torch.empty_like(ours), name, model)
+        if kind in ("one", "zero"):
+            bad = not torch.equal(ours, theirs)
+            print(f"  {name}: {kind}s{' DIFFER' if bad else ''}")
+        else:
+            n = ours.numel()
+            d, crit = ks_statistic(ours, theirs), c_alpha * math.sqrt(2.0 / n)
+            sd = torch_init.spread(name, ours.shape, model)
+            out_of_bound = kind != "normal" and ours.abs().max().item() > sd * math.sqrt(3.0) * (1 + 1e-6)
+            # a sample sd's relative error is about 1/sqrt(2n) (less for uniform draws): allow 6 of those
+            sd_off = abs(ours.std().item() / sd - 1) > 6 / math.sqrt(2 * n)
+            bad = d > crit or out_of_bound or sd_off
+            print(f"  {name}: {kind}, sd clformer {ours.std().item():.5f} torch {theirs.std().item():.5f} "
+                  f"(expected {sd:.5f}{', off' if sd_off else ''}), KS {d:.4f} (critical {crit:.4f})"
+                  f"{', outside the Xavier bound' if out_of_bound else ''}{' DIFFER' if bad else ''}")
+        failures += bad
+    print(f"model.init {model.get('init', 'xavier')}: {len(weights)} tensors, "
+          f"{'all drawn as torch.nn.init draws them' if not failures else f'{failures} differ'}")
+    return 1 if failures else 0
+
+
 def main():
     args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "--init":
+        return check_init(args[1])
     tol = 1e-4
     if "--tol" in args:
         i = args.index("--tol")

@@ -43,12 +43,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 import yaml
 
+import torch_init  # clformer's initialisation, beside this script
+
 DEFAULTS = {
     "seed": 1234,
     "data": {"seq_len": 64, "batch_size": 16},
     "model": {"norm": "pre", "layers": 6, "d_model": 256, "heads": 4, "d_ff": 1024, "activation": "relu",
               "dropout": 0.0, "attn_dropout": 0.0, "final_norm": "auto", "tie_embeddings": False,
-              "positions": "sinusoidal", "scale_embeddings": False, "ln_eps": 1e-5, "label_smoothing": 0.0},
+              "positions": "sinusoidal", "scale_embeddings": False, "init": "xavier", "ln_eps": 1e-5, "label_smoothing": 0.0},
     "optim": {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 0.0,
               "momentum": 0.9, "clip_norm": 0.0},
 }
@@ -96,11 +98,9 @@ class Model(nn.Module):
         self.pa = float(m["attn_dropout"])
         self.scale = math.sqrt(C) if m["scale_embeddings"] else 1.0
         self.act = {"relu": F.relu, "gelu": lambda x: F.gelu(x, approximate="tanh"), "gelu_erf": F.gelu}[m["activation"]]
-        self.wte = nn.Parameter(torch.empty(V, C))
-        nn.init.xavier_uniform_(self.wte)
+        self.wte = nn.Parameter(torch_init.init_(torch.empty(V, C), "wte", m))
         if m["positions"] == "learned":
-            self.wpe = nn.Parameter(torch.empty(T, C))
-            nn.init.xavier_uniform_(self.wpe)
+            self.wpe = nn.Parameter(torch_init.init_(torch.empty(T, C), "wpe", m))
         else:
             t = torch.arange(T, dtype=torch.float64)[:, None]
             c = torch.arange(C)
@@ -112,14 +112,14 @@ class Model(nn.Module):
             blk.ln1, blk.ln2 = nn.LayerNorm(C, eps=self.eps), nn.LayerNorm(C, eps=self.eps)
             blk.qkv, blk.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
             blk.fc1, blk.fc2 = nn.Linear(C, Fd), nn.Linear(Fd, C)
-            for lin in (blk.qkv, blk.proj, blk.fc1, blk.fc2):
-                nn.init.xavier_uniform_(lin.weight)
-                nn.init.zeros_(lin.bias)
+            for lin, name in ((blk.qkv, "attn.qkv"), (blk.proj, "attn.proj"), (blk.fc1, "ffn.fc1"), (blk.fc2, "ffn.fc2")):
+                torch_init.init_(lin.weight.data, f"layers.0.{name}.weight", m)
+                torch_init.init_(lin.bias.data, f"layers.0.{name}.bias", m)
             self.layers.append(blk)
         self.lnf = nn.LayerNorm(C, eps=self.eps) if self.final else None
         self.out = None if m["tie_embeddings"] else nn.Linear(C, V, bias=False)
         if self.out is not None:
-            nn.init.xavier_uniform_(self.out.weight)
+            torch_init.init_(self.out.weight.data, "out.weight", m)
         self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).tril())
 
     def attn(self, blk, x):

@@ -20,6 +20,9 @@ typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NOR
 typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
 /* model.attention: fused kernels (cf_attention_fused_*) or the T x T scores through batched GEMMs. */
 typedef enum cf_attention_impl { CF_ATTENTION_FUSED, CF_ATTENTION_MATERIALIZED } cf_attention_impl;
+/* model.init: Xavier-uniform for every matrix, or fairseq's normal(0, d_model^-1/2) for the token
+ * (and learned position) embeddings and the output projection, Xavier for the rest. */
+typedef enum cf_weight_init { CF_WEIGHT_INIT_XAVIER, CF_WEIGHT_INIT_FAIRSEQ } cf_weight_init;
 /* The byte tokenizer's vocabulary: every byte value is a token. */
 #define CF_BYTE_VOCAB 256
 /* The vocabulary size of a tokenizer (what the model's embedding and output layer are sized by). */
@@ -36,6 +39,7 @@ typedef struct cf_model_config {
   cf_positions positions;
   int tie_embeddings, scale_embeddings;
   cf_attention_impl attention;
+  cf_weight_init init;
 } cf_model_config;
 
 typedef struct cf_optim_config {

@@ -17,7 +17,9 @@ typedef struct cf_tensor_view {
   int kind;           /* CF_INIT_* */
 } cf_tensor_view;
 
-enum { CF_INIT_XAVIER, CF_INIT_ZERO, CF_INIT_ONE };
+/* CF_INIT_EMBED: the token and learned position embeddings and the output projection, Xavier or
+ * normal(0, C^-1/2) by model.init (cf_weight_init). */
+enum { CF_INIT_XAVIER, CF_INIT_ZERO, CF_INIT_ONE, CF_INIT_EMBED };
 
 typedef struct cf_model cf_model;
 

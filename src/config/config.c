@@ -52,6 +52,7 @@ static const key_spec keys[] = {
   {"model.final_norm", K_ENUM, ENUM_OFF(model.final_norm), 0, 0, 0, 0, "auto|false|true", "auto", "LN before the output projection: auto = on for pre, off for post"},
   {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, 0, 0, NULL, "false", "output projection shares the token embedding"},
   {"model.positions", K_ENUM, ENUM_OFF(model.positions), 0, 0, 0, 0, "sinusoidal|learned", "sinusoidal", "absolute position encoding"},
+  {"model.init", K_ENUM, ENUM_OFF(model.init), 0, 0, 0, 0, "xavier|fairseq", "xavier", "initialisation: xavier (Xavier-uniform for every matrix) or fairseq (normal(0, d_model^-1/2) for the embeddings and the output projection, as fairseq's Transformer; Xavier for the rest)"},
   {"model.scale_embeddings", K_BOOL, OFF(model.scale_embeddings), 0, 0, 0, 0, NULL, "false", "multiply token embeddings by sqrt(d_model)"},
   {"model.ln_eps", K_DOUBLE, OFF(model.ln_eps), 0, 0, 1, MIN_EXCL, NULL, "1e-5", "LayerNorm epsilon"},
   {"model.label_smoothing", K_DOUBLE, OFF(model.label_smoothing), 0, 0, 1, MAX_EXCL, NULL, "0", "label smoothing of the loss (the paper's translation runs use 0.1)"},

@@ -74,8 +74,8 @@ static size_t add_view(cf_model *m, const char *name, int rows, int cols, int ki
 static void layout_params(cf_model *m) {
   char n[64];
   int C = m->C, F = m->F, V = m->V;
-  m->wte = add_view(m, "wte", V, C, CF_INIT_XAVIER);
-  m->wpe = m->mc.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_XAVIER) : SIZE_MAX;
+  m->wte = add_view(m, "wte", V, C, CF_INIT_EMBED);
+  m->wpe = m->mc.positions == CF_POS_LEARNED ? add_view(m, "wpe", m->T, C, CF_INIT_EMBED) : SIZE_MAX;
   for (int l = 0; l < m->L; l++) {
     layer_params *p = &m->lp[l];
 #define V2(field, suffix, r, c, kind) (snprintf(n, sizeof n, "layers.%d.%s", l, suffix), p->field = add_view(m, n, r, c, kind))
@@ -97,7 +97,7 @@ static void layout_params(cf_model *m) {
     m->lnf_w = add_view(m, "lnf.weight", C, 0, CF_INIT_ONE);
     m->lnf_b = add_view(m, "lnf.bias", C, 0, CF_INIT_ZERO);
   } else m->lnf_w = m->lnf_b = SIZE_MAX;
-  m->out_w = m->mc.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_XAVIER);
+  m->out_w = m->mc.tie_embeddings ? m->wte : add_view(m, "out.weight", V, C, CF_INIT_EMBED);
 }
 
 /* ---------- activations and workspaces ---------- */

@@ -117,6 +117,36 @@ static uint32_t name_hash(const char *s) {
   return h;
 }
 
+/* Tensor `id`'s k-th number, uniform in [0, 1) (24 bits): the stream every Xavier draw has used. */
+static double init_uniform(uint64_t seed, uint32_t id, size_t k) {
+  return cf_random_uniform((uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x1417u, id, (uint32_t)k);
+}
+
+/* Tensor `id`'s k-th number, standard normal: Box-Muller on two 32-bit words of Philox group k (a
+ * stream of its own, 0x2417, so no Xavier draw is reused). |z| < 6.7 (u1 is at least 2^-32). */
+static double init_normal(uint64_t seed, uint32_t id, size_t k) {
+  uint32_t w[4];
+  cf_random_bits((uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x2417u, id, (uint32_t)k, w);
+  double u1 = ((double)w[0] + 1.0) / 4294967296.0, u2 = (double)w[1] / 4294967296.0;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* One matrix's initial values: Xavier-uniform (the fused qkv weight as three C x C matrices, each
+ * on its own), or for an embedding or the output projection under model.init: fairseq,
+ * normal(0, C^-1/2) as fairseq's Transformer draws them (nn.init.normal_(std=embed_dim ** -0.5)). */
+static void init_matrix(const cf_model *m, const cf_tensor_view *v, uint64_t seed, float *w) {
+  uint32_t id = name_hash(v->name);
+  if (v->kind == CF_INIT_EMBED && m->mc.init == CF_WEIGHT_INIT_FAIRSEQ) {
+    double sd = 1.0 / sqrt((double)m->C);
+    for (size_t k = 0; k < v->numel; k++) w[k] = (float)(init_normal(seed, id, k) * sd);
+    return;
+  }
+  int rows = v->shape[0], cols = v->shape[1];
+  if (strstr(v->name, "attn.qkv.weight")) rows /= 3;
+  double bound = sqrt(6.0 / (rows + cols));
+  for (size_t k = 0; k < v->numel; k++) w[k] = (float)((2.0 * init_uniform(seed, id, k) - 1.0) * bound);
+}
+
 cf_status cf_model_init(cf_model *m, uint64_t seed) {
   float *host = calloc(m->nparams ? m->nparams : 1, sizeof *host);
   if (!host) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
@@ -124,14 +154,7 @@ cf_status cf_model_init(cf_model *m, uint64_t seed) {
     const cf_tensor_view *v = &m->views[i];
     float *w = host + v->off;
     if (v->kind == CF_INIT_ONE) for (size_t k = 0; k < v->numel; k++) w[k] = 1.0f;
-    if (v->kind != CF_INIT_XAVIER) continue;
-    /* the fused qkv weight is three C x C matrices, each Xavier on its own */
-    int rows = v->shape[0], cols = v->shape[1];
-    if (strstr(v->name, "attn.qkv.weight")) rows /= 3;
-    double bound = sqrt(6.0 / (rows + cols));
-    uint32_t id = name_hash(v->name);
-    for (size_t k = 0; k < v->numel; k++)
-      w[k] = (float)((2.0 * cf_random_uniform((uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x1417u, id, (uint32_t)k) - 1.0) * bound);
+    if (v->kind == CF_INIT_XAVIER || v->kind == CF_INIT_EMBED) init_matrix(m, v, seed, w);
   }
   cf_status st = cf_write(m->ctx, cf_at(m->params, 0), host, m->nparams);
   free(host);
