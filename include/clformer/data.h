@@ -42,6 +42,12 @@ void cf_data_batch(const cf_data *d, int split, uint64_t seed, uint64_t index, i
 void cf_data_batch_rows(const cf_data *d, int split, uint64_t seed, uint64_t index, int first, int B, int T,
                         int *inputs, int *targets);
 
+/* Validation batch `index` (0 .. batches-1) of an evaluation of `batches` batches: row b is window
+ * j = index * B + b of batches * B windows of T+1 bytes spaced evenly over the validation split
+ * (window j starts at byte floor(j (n_valid - T) / (batches B))). No seed: every seed and run of a
+ * config is validated on the same text. */
+void cf_data_valid_batch(const cf_data *d, int batches, int index, int B, int T, int *inputs, int *targets);
+
 /* Byte-level tokenizer: text <-> token ids (identity on bytes). */
 size_t cf_tokenize(const char *text, int *tokens, size_t max_tokens);
 

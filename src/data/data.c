@@ -1,4 +1,5 @@
-/* Byte-level data: mmap'd text, split, unigram entropy, and counter-based batch sampling. */
+/* Byte-level data: mmap'd text, split, unigram entropy, counter-based training batches and fixed,
+ * evenly spaced validation windows. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -139,6 +140,20 @@ void cf_data_batch_rows(const cf_data *d, int split, uint64_t seed, uint64_t ind
     for (int t = 0; t < T; t++) {
       inputs[(size_t)b * T + t] = bytes[off + t];
       targets[(size_t)b * T + t] = bytes[off + t + 1];
+    }
+  }
+}
+
+void cf_data_valid_batch(const cf_data *d, int batches, int index, int B, int T, int *inputs, int *targets) {
+  uint64_t windows = (uint64_t)batches * (uint64_t)B, span = d->n_valid - (size_t)T;  /* starts 0 .. n-T-1 */
+  for (int b = 0; b < B; b++) {
+    uint64_t j = (uint64_t)index * (uint64_t)B + (uint64_t)b;
+    /* floor(j span / windows) < span, as j < windows; in doubles where j span would overflow 64 bits */
+    size_t off = span <= UINT64_MAX / windows ? (size_t)(j * span / windows)
+                                              : (size_t)fmin((double)j * (double)span / (double)windows, (double)(span - 1));
+    for (int t = 0; t < T; t++) {
+      inputs[(size_t)b * T + t] = d->valid[off + t];
+      targets[(size_t)b * T + t] = d->valid[off + t + 1];
     }
   }
 }

@@ -27,7 +27,7 @@ cf_status cf_evaluate(cf_model *m, const cf_data *d, const cf_config *cfg, doubl
   double sum = 0;
   cf_status st = CF_OK;
   for (int i = 0; i < cfg->train.eval_batches && st == CF_OK; i++) {
-    cf_data_batch(d, CF_SPLIT_VALID, cfg->seed, (uint64_t)i, B, T, in, tg);
+    cf_data_valid_batch(d, cfg->train.eval_batches, i, B, T, in, tg);  /* the same windows for every seed */
     float l = NAN;
     st = cf_model_forward(m, in, tg, 0, 0);
     if (st == CF_OK) st = cf_model_loss(m, &l);

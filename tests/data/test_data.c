@@ -1,4 +1,5 @@
-/* Data: split sizes, batch determinism and shape, bounds, and clear errors for bad files. */
+/* Data: split sizes, batch determinism and shape, bounds, the evenly spaced validation windows, and
+ * clear errors for bad files. */
 #include <string.h>
 #include <fcntl.h>
 #include <math.h>
@@ -50,6 +51,31 @@ int main(void) {
       }
     }
   }
+  /* validation: batches x B windows spaced evenly over the split, whatever the seed (there is none) */
+  int nb = 4, VB = 3, VT = 17, nw = nb * VB;
+  size_t span = d.n_valid - (size_t)VT, prev = 0;
+  for (int i = 0; i < nb; i++) {
+    cf_data_valid_batch(&d, nb, i, VB, VT, in1, tg1);
+    cf_data_valid_batch(&d, nb, i, VB, VT, in2, tg2);
+    size_t bytes = (size_t)VB * VT * sizeof *in1;
+    TEST_ASSERT(!memcmp(in1, in2, bytes) && !memcmp(tg1, tg2, bytes), "validation batch %d differs twice", i);
+    for (int b = 0; b < VB; b++) {
+      int j = i * VB + b;
+      size_t off = (size_t)j * span / (size_t)nw;
+      TEST_ASSERT(j == 0 ? off == 0 : off - prev >= span / nw && off - prev <= span / nw + 1, "window %d at %zu, %zu after "
+                  "the one before (a stride of %zu)", j, off, off - prev, span / nw);
+      prev = off;
+      int same = 1;
+      for (int t = 0; t < VT; t++)
+        same &= in1[b * VT + t] == d.valid[off + t] && tg1[b * VT + t] == d.valid[off + t + 1];
+      TEST_ASSERT(same, "validation window %d is not bytes %zu.. of the split", j, off);
+    }
+  }
+  TEST_ASSERT(prev + (size_t)VT + 1 <= d.n_valid && prev + 2 * span / nw >= span, "the last window (at %zu) must end in "
+              "the split and lie within a stride of its end", prev);
+  /* a one-window evaluation reads the start of the split */
+  cf_data_valid_batch(&d, 1, 0, 1, VT, in1, tg1);
+  TEST_ASSERT(in1[0] == d.valid[0] && tg1[VT - 1] == d.valid[VT], "one window");
   cf_data_close(&d);
 
   /* errors */
