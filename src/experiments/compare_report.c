@@ -11,10 +11,11 @@
 typedef struct agg {
   int runs, diverged, plateaued, too_short, reached;
   double final_mean, final_sd, best_mean, best_sd, target_mean, wall_mean, tps_mean;
+  double final_min, final_max, best_min, best_max;  /* over the runs that did not diverge */
 } agg;
 
 static agg aggregate(const run_rec *r, int n) {
-  agg a = {0};
+  agg a = {.final_min = INFINITY, .final_max = -INFINITY, .best_min = INFINITY, .best_max = -INFINITY};
   double sf = 0, sf2 = 0, sb = 0, sb2 = 0, st = 0, sw = 0, stps = 0;
   int nf = 0;
   for (int i = 0; i < n; i++) {
@@ -30,6 +31,8 @@ static agg aggregate(const run_rec *r, int n) {
       nf++;
       sf += r[i].final_valid; sf2 += r[i].final_valid * r[i].final_valid;
       sb += r[i].best_valid; sb2 += r[i].best_valid * r[i].best_valid;
+      a.final_min = fmin(a.final_min, r[i].final_valid); a.final_max = fmax(a.final_max, r[i].final_valid);
+      a.best_min = fmin(a.best_min, r[i].best_valid); a.best_max = fmax(a.best_max, r[i].best_valid);
     }
   }
   a.final_mean = nf ? sf / nf : NAN;
@@ -51,9 +54,10 @@ static const char *verdict(const agg *a) {
   return "trained";
 }
 
-static void pm(char *buf, size_t n, double mean, double sd, int runs) {
+/* mean ± sd [min, max] over a variant's runs; the mean alone for one run. */
+static void pm(char *buf, size_t n, double mean, double sd, double lo, double hi, int runs) {
   if (!isfinite(mean)) snprintf(buf, n, "-");
-  else if (runs > 1) snprintf(buf, n, "%.3f ± %.3f", mean, sd);
+  else if (runs > 1) snprintf(buf, n, "%.3f ± %.3f [%.3f, %.3f]", mean, sd, lo, hi);
   else snprintf(buf, n, "%.3f", mean);
 }
 
@@ -203,9 +207,13 @@ static json_t *variant_json(const spec *s, int i, const agg *a, const run_rec *r
   int bad = !rows;
   for (int k = 0; k < s->seeds; k++)
     if (runs[k].present) bad |= json_array_append_new(rows, run_json(s, i, k, &runs[k]));
-  json_t *mean = json_pack("{s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o}", "final_valid",
+  json_t *mean = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:o, s:o}", "final_valid",
                            cf_json_num(a->final_mean, "%.6g"), "final_valid_sd", cf_json_num(a->final_sd, "%.6g"),
-                           "best_valid", cf_json_num(a->best_mean, "%.6g"), "step_to_target",
+                           "final_valid_min", cf_json_num(a->final_min, "%.6g"), "final_valid_max",
+                           cf_json_num(a->final_max, "%.6g"), "best_valid", cf_json_num(a->best_mean, "%.6g"),
+                           "best_valid_sd", cf_json_num(a->best_sd, "%.6g"), "best_valid_min",
+                           cf_json_num(a->best_min, "%.6g"), "best_valid_max", cf_json_num(a->best_max, "%.6g"),
+                           "step_to_target",
                            cf_json_num(a->target_mean, "%.6g"), "runs", a->runs, "diverged", a->diverged, "plateaued",
                            a->plateaued, "wall_s", cf_json_num(a->wall_mean, "%.6g"), "tokens_per_s",
                            cf_json_num(a->tps_mean, "%.6g"));
@@ -240,6 +248,8 @@ cf_status compare_write_report(const spec *s, run_rec **runs, double entropy, in
   fprintf(f, "# Warm-up comparison: %s\n\n", s->out);
   fprintf(f, "%d variant(s), %d seed(s) each. Unigram entropy of the training text: %.3f nats/byte. ", s->nv, s->seeds, entropy);
   if (isfinite(s->target_loss)) fprintf(f, "Target validation loss: %.3f. ", s->target_loss);
+  if (s->seeds > 1) fprintf(f, "Losses are mean ± standard deviation [min, max] over the seeds' runs that did not diverge. ");
+  fprintf(f, "Validation is on the same evenly spaced windows of the validation text for every variant and seed. ");
   fprintf(f, "A run is *plateaued* when its final validation loss is within 0.05 of the unigram entropy (or above) after "
              "at least %d steps, *diverged* when its loss or gradient became non-finite or exceeded 3 ln 256.\n\n",
           s->plateau_after);
@@ -248,8 +258,8 @@ cf_status compare_write_report(const spec *s, run_rec **runs, double entropy, in
   for (int i = 0; i < s->nv; i++) {
     const cf_config *c = &s->v[i].cfg;
     char fv[64], bv[64], tg[64], res[160];
-    pm(fv, sizeof fv, a[i].final_mean, a[i].final_sd, a[i].runs);
-    pm(bv, sizeof bv, a[i].best_mean, a[i].best_sd, a[i].runs);
+    pm(fv, sizeof fv, a[i].final_mean, a[i].final_sd, a[i].final_min, a[i].final_max, a[i].runs);
+    pm(bv, sizeof bv, a[i].best_mean, a[i].best_sd, a[i].best_min, a[i].best_max, a[i].runs);
     if (!isfinite(s->target_loss)) snprintf(tg, sizeof tg, "-");
     else if (a[i].reached == 0) snprintf(tg, sizeof tg, "never");
     else if (s->seeds > 1) snprintf(tg, sizeof tg, "%.0f (%d/%d runs)", a[i].target_mean, a[i].reached, a[i].runs);

@@ -1,6 +1,6 @@
 /* `clformer gradnorm`: gradient norms at initialization (Xiong et al. 2020, Theorem 1 and
- * Figure 3). For each placement and depth, over several random initialisations and one fixed
- * batch: the Frobenius norm of the gradient of every layer's FFN weights (W1, W2), attention
+ * Figure 3). For each placement and depth, over several seeds (each a random initialisation and a
+ * batch of its own, shared by every placement and depth): the Frobenius norm of the gradient of every layer's FFN weights (W1, W2), attention
  * output projection and LN gains, before any update. Then the scaling of the last layer's W2
  * gradient with depth: Theorem 1 predicts about L^0 for Post-LN and L^-1/2 for Pre-LN. */
 #include <jansson.h>
@@ -94,15 +94,28 @@ static double *at(double *norms, const gn_spec *s, int ni, int di, int k, int l,
   return &norms[(((size_t)ni * s->ndepths + di) * s->seeds + k) * Lmax * NQ + (size_t)l * NQ + q];
 }
 
-static void mean_sd(double *norms, const gn_spec *s, int ni, int di, int l, int q, int Lmax, double *mean, double *sd) {
+/* One quantity over the seeds: mean, sample standard deviation (0 for one seed), min and max. */
+typedef struct gn_stat { double mean, sd, min, max; } gn_stat;
+
+static gn_stat over_seeds(double *norms, const gn_spec *s, int ni, int di, int l, int q, int Lmax) {
   double a = 0, b = 0;
+  gn_stat r = {0, 0, INFINITY, -INFINITY};
   for (int k = 0; k < s->seeds; k++) {
     double v = *at(norms, s, ni, di, k, l, q, Lmax);
     a += v;
     b += v * v;
+    r.min = fmin(r.min, v);
+    r.max = fmax(r.max, v);
   }
-  *mean = a / s->seeds;
-  *sd = s->seeds > 1 ? sqrt(fmax(0, (b - a * a / s->seeds) / (s->seeds - 1))) : 0;
+  r.mean = a / s->seeds;
+  r.sd = s->seeds > 1 ? sqrt(fmax(0, (b - a * a / s->seeds) / (s->seeds - 1))) : 0;
+  return r;
+}
+
+static void mean_sd(double *norms, const gn_spec *s, int ni, int di, int l, int q, int Lmax, double *mean, double *sd) {
+  gn_stat r = over_seeds(norms, s, ni, di, l, q, Lmax);
+  *mean = r.mean;
+  *sd = r.sd;
 }
 
 /* mean (or sd) rows of one placement and depth: per layer, one number per quantity (6 digits).
@@ -123,28 +136,50 @@ static json_t *rows_json(double *norms, const gn_spec *s, int ni, int di, int Lm
   return bad ? NULL : rows;
 }
 
+/* gradnorm.json's last_layer_w2_scaling of placement ni: the last layer's W2 per depth, mean, sd,
+ * min, max and each seed's own ("per_seed": a row per seed), and the exponent fitted to the means. */
+static json_t *scaling_json(double *norms, const gn_spec *s, int ni, int Lmax, gn_stat ys[2][32], const double es[2]) {
+  json_t *ny = json_array(), *nsd = json_array(), *nmin = json_array(), *nmax = json_array(), *per = json_array();
+  int bad = 0;
+  for (int di = 0; di < s->ndepths; di++) {
+    bad |= json_array_append_new(ny, cf_json_num(ys[ni][di].mean, "%.6g"));
+    bad |= json_array_append_new(nsd, cf_json_num(ys[ni][di].sd, "%.6g"));
+    bad |= json_array_append_new(nmin, cf_json_num(ys[ni][di].min, "%.6g"));
+    bad |= json_array_append_new(nmax, cf_json_num(ys[ni][di].max, "%.6g"));
+  }
+  for (int k = 0; k < s->seeds; k++) {
+    json_t *row = json_array();
+    for (int di = 0; di < s->ndepths; di++)
+      bad |= json_array_append_new(row, cf_json_num(*at(norms, s, ni, di, k, s->depths[di] - 1, W2, Lmax), "%.6g"));
+    bad |= json_array_append_new(per, row);
+  }
+  int pre = s->norms[ni] == CF_NORM_PRE;
+  json_t *o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "norms", ny, "sd", nsd, "min", nmin, "max", nmax,
+                        "per_seed", per, "exponent", cf_json_num(es[ni], "%.4f"), "theorem1",
+                        pre ? json_real(-0.5) : json_integer(0));
+  if (bad) json_decref(o);
+  return bad ? NULL : o;
+}
+
 /* gradnorm.json: every mean and sd, and the scaling of the last layer's W2 with depth; NULL when out
  * of memory. */
-static json_t *gradnorm_json(double *norms, const gn_spec *s, int Lmax, const char *device, double ys[2][32],
+static json_t *gradnorm_json(double *norms, const gn_spec *s, int Lmax, const char *device, gn_stat ys[2][32],
                              const double es[2]) {
   json_t *depths = json_array(), *quantities = json_array(), *placements = json_object(), *scaling = json_object();
   int bad = 0;
   for (int d = 0; d < s->ndepths; d++) bad |= json_array_append_new(depths, json_integer(s->depths[d]));
   for (int q = 0; q < NQ; q++) bad |= json_array_append_new(quantities, json_string(qname[q]));
   for (int ni = 0; ni < s->nnorms; ni++) {
-    int pre = s->norms[ni] == CF_NORM_PRE;
-    json_t *byd = json_object(), *ny = json_array();
+    const char *name = s->norms[ni] == CF_NORM_PRE ? "pre" : "post";
+    json_t *byd = json_object();
     for (int di = 0; di < s->ndepths; di++) {
       char key[16];
       snprintf(key, sizeof key, "%d", s->depths[di]);
       bad |= json_object_set_new(byd, key, json_pack("{s:o, s:o}", "mean", rows_json(norms, s, ni, di, Lmax, 0), "sd",
                                                      rows_json(norms, s, ni, di, Lmax, 1)));
-      bad |= json_array_append_new(ny, cf_json_num(ys[ni][di], "%.6g"));
     }
-    bad |= json_object_set_new(placements, pre ? "pre" : "post", byd);
-    bad |= json_object_set_new(scaling, pre ? "pre" : "post",
-                               json_pack("{s:o, s:o, s:o}", "norms", ny, "exponent", cf_json_num(es[ni], "%.4f"),
-                                         "theorem1", pre ? json_real(-0.5) : json_integer(0)));
+    bad |= json_object_set_new(placements, name, byd);
+    bad |= json_object_set_new(scaling, name, scaling_json(norms, s, ni, Lmax, ys, es));
   }
   json_t *doc = json_pack("{s:o, s:i, s:o, s:o, s:o, s:o}", "device", cf_json_str(device), "seeds", s->seeds, "depths",
                           depths, "quantities", quantities, "placements", placements, "last_layer_w2_scaling", scaling);
@@ -200,14 +235,22 @@ static cf_status measure_one(cf_context *ctx, const gn_spec *s, int ni, int di, 
   return st;
 }
 
-/* Every (placement, depth, seed) on the one fixed batch, with progress after each. */
-static cf_status measure_all(cf_context *ctx, const gn_spec *s, const cf_gradnorm_options *o, const int *in,
-                             const int *tg, double *norms, int Lmax) {
+/* Seed k's batch: batch 0 of the training split under seed base.seed + k, the one its initialisation
+ * uses (so each seed is a draw of weights and data, the same for every placement and depth). */
+static void seed_batch(const gn_spec *s, const cf_data *data, int k, int *in, int *tg) {
+  cf_data_batch(data, CF_SPLIT_TRAIN, s->base.seed + (unsigned long long)k, 0, s->base.data.batch_size,
+                s->base.data.seq_len, in, tg);
+}
+
+/* Every (placement, depth, seed), each seed on its own batch, with progress after each. */
+static cf_status measure_all(cf_context *ctx, const gn_spec *s, const cf_gradnorm_options *o, const cf_data *data,
+                             int *in, int *tg, double *norms, int Lmax) {
   double t0 = cf_now();
   int total = s->nnorms * s->ndepths * s->seeds, idx = 0;
   for (int ni = 0; ni < s->nnorms; ni++)
     for (int di = 0; di < s->ndepths; di++)
       for (int k = 0; k < s->seeds; k++) {
+        seed_batch(s, data, k, in, tg);
         CF_TRY(measure_one(ctx, s, ni, di, k, in, tg, norms, Lmax));
         if (!o->progress) continue;
         char what[96];
@@ -220,15 +263,17 @@ static cf_status measure_all(cf_context *ctx, const gn_spec *s, const cf_gradnor
   return CF_OK;
 }
 
-/* Per placement: the last layer's W2 norm at each depth (ys) and its fitted exponent (es). */
-static void last_w2_scaling(const gn_spec *s, double *norms, int Lmax, double ys[2][32], double es[2]) {
+/* Per placement: the last layer's W2 norm over the seeds at each depth (ys) and the exponent fitted to
+ * its means (es). */
+static void last_w2_scaling(const gn_spec *s, double *norms, int Lmax, gn_stat ys[2][32], double es[2]) {
   for (int ni = 0; ni < s->nnorms; ni++) {
-    double x[32], sd;
+    double x[32], y[32];
     for (int di = 0; di < s->ndepths; di++) {
       x[di] = s->depths[di];
-      mean_sd(norms, s, ni, di, s->depths[di] - 1, W2, Lmax, &ys[ni][di], &sd);
+      ys[ni][di] = over_seeds(norms, s, ni, di, s->depths[di] - 1, W2, Lmax);
+      y[di] = ys[ni][di].mean;
     }
-    es[ni] = s->ndepths > 1 ? loglog_slope(x, ys[ni], s->ndepths) : NAN;
+    es[ni] = s->ndepths > 1 ? loglog_slope(x, y, s->ndepths) : NAN;
   }
 }
 
@@ -256,39 +301,45 @@ static void markdown_depth(FILE *md, const gn_spec *s, double *norms, int Lmax, 
 }
 
 /* gradnorm.md: the tables, then the scaling of the last layer's W2 with depth. */
-static cf_status write_markdown(const gn_spec *s, double *norms, int Lmax, const char *device, double ys[2][32],
+static cf_status write_markdown(const gn_spec *s, double *norms, int Lmax, const char *device, gn_stat ys[2][32],
                                 const double es[2]) {
   char p[1200];
   snprintf(p, sizeof p, "%s/gradnorm.md", s->out);
   FILE *md = fopen(p, "w");
   if (!md) return CF_FAIL(CF_ERR_IO, "cannot write into %s", s->out);
   const cf_config *b = &s->base;
-  fprintf(md, "# Gradient norms at initialization\n\nFrobenius norm of each layer's gradient before any update, on one "
-              "fixed batch of %d x %d bytes, mean ± standard deviation over %d initialisations (Xavier-uniform, seeds "
-              "%llu..%llu). Model: d_model %d, %d heads, d_ff %d, %s, device %s.\n\n", b->data.batch_size,
-          b->data.seq_len, s->seeds, b->seed, b->seed + (unsigned long long)s->seeds - 1, b->model.d_model,
-          b->model.heads, b->model.d_ff, b->model.activation == CF_ACT_RELU ? "ReLU" : "GELU", device);
+  fprintf(md, "# Gradient norms at initialization\n\nFrobenius norm of each layer's gradient before any update, mean ± "
+              "standard deviation over %d seeds (%llu..%llu), each its own initialisation (model.init: %s) and its own "
+              "batch of %d x %d bytes (the same for every placement and depth). Model: d_model %d, %d heads, d_ff %d, "
+              "%s, embeddings %sscaled by sqrt(d_model), device %s.\n\n", s->seeds, b->seed,
+          b->seed + (unsigned long long)s->seeds - 1, b->model.init == CF_WEIGHT_INIT_FAIRSEQ ? "fairseq" : "xavier",
+          b->data.batch_size, b->data.seq_len, b->model.d_model, b->model.heads, b->model.d_ff,
+          b->model.activation == CF_ACT_RELU ? "ReLU" : "GELU", b->model.scale_embeddings ? "" : "not ", device);
   for (int di = 0; di < s->ndepths; di++) markdown_depth(md, s, norms, Lmax, di);
-  fprintf(md, "## Scaling of the last layer's W2 gradient with depth (Theorem 1)\n\n| placement |");
+  fprintf(md, "## Scaling of the last layer's W2 gradient with depth (Theorem 1)\n\nMean ± sd [min, max] over the seeds; "
+              "the exponent is fitted to the means.\n\n| placement |");
   for (int d = 0; d < s->ndepths; d++) fprintf(md, " L = %d |", s->depths[d]);
   fprintf(md, " fitted exponent | Theorem 1 |\n|---|");
   for (int d = 0; d <= s->ndepths + 1; d++) fputs("---|", md);
   fputc('\n', md);
   for (int ni = 0; ni < s->nnorms; ni++) {
     fprintf(md, "| %s |", norm_name(s->norms[ni]));
-    for (int di = 0; di < s->ndepths; di++) fprintf(md, " %.4g |", ys[ni][di]);
+    for (int di = 0; di < s->ndepths; di++)
+      fprintf(md, " %.4g ± %.2g [%.4g, %.4g] |", ys[ni][di].mean, ys[ni][di].sd, ys[ni][di].min, ys[ni][di].max);
     fprintf(md, " L^%.2f | %s |\n", es[ni], theorem1(s->norms[ni]));
   }
   fprintf(md, "\nFigure: [gradnorm.svg](gradnorm.svg) (W2 gradient norm against layer, one panel per depth, error bars over "
-              "initialisations).\n");
+              "seeds).\n");
   return fclose(md) ? CF_FAIL(CF_ERR_IO, "cannot write %s", p) : CF_OK;
 }
 
-static void print_scaling(FILE *f, const gn_spec *s, double ys[2][32], const double es[2]) {
-  fprintf(f, "last layer's W2 gradient norm against depth (mean over %d initialisations):\n", s->seeds);
+static void print_scaling(FILE *f, const gn_spec *s, gn_stat ys[2][32], const double es[2]) {
+  fprintf(f, "last layer's W2 gradient norm against depth (mean ± sd over %d seeds, each its own weights and batch):\n",
+          s->seeds);
   for (int ni = 0; ni < s->nnorms; ni++) {
     fprintf(f, "  %-8s", norm_name(s->norms[ni]));
-    for (int di = 0; di < s->ndepths; di++) fprintf(f, "  L=%d: %.4g", s->depths[di], ys[ni][di]);
+    for (int di = 0; di < s->ndepths; di++)
+      fprintf(f, "  L=%d: %.4g ± %.2g", s->depths[di], ys[ni][di].mean, ys[ni][di].sd);
     fprintf(f, "  -> fitted L^%.2f (Theorem 1: %s)\n", es[ni], theorem1(s->norms[ni]));
   }
 }
@@ -335,7 +386,8 @@ static void write_svg(const gn_spec *s, double *norms, int Lmax) {
 
 /* The reports from the measurements: gradnorm.md, gradnorm.json, gradnorm.svg. */
 static cf_status write_reports(const gn_spec *s, double *norms, int Lmax, const char *device, FILE *report) {
-  double ys[2][32], es[2];
+  gn_stat ys[2][32];
+  double es[2];
   last_w2_scaling(s, norms, Lmax, ys, es);
   CF_TRY(write_markdown(s, norms, Lmax, device, ys, es));
   if (report) print_scaling(report, s, ys, es);
@@ -349,7 +401,7 @@ static cf_status write_reports(const gn_spec *s, double *norms, int Lmax, const 
   return st;
 }
 
-/* The fixed batch, the device, the measurements, the reports. */
+/* The device, the measurements, the reports. */
 static cf_status gradnorm(const gn_spec *s, const cf_gradnorm_options *o, cf_data *data) {
   int Lmax = 0, B = s->base.data.batch_size, T = s->base.data.seq_len;
   for (int d = 0; d < s->ndepths; d++) Lmax = s->depths[d] > Lmax ? s->depths[d] : Lmax;
@@ -358,13 +410,12 @@ static cf_status gradnorm(const gn_spec *s, const cf_gradnorm_options *o, cf_dat
   cf_context *ctx = NULL;
   cf_status st = norms && in && tg ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   if (st == CF_OK) {
-    cf_data_batch(data, CF_SPLIT_TRAIN, s->base.seed, 0, B, T, in, tg);  /* the one fixed batch */
     cf_context_options co = {.device_spec = cf_device_spec_resolve(o->device, s->base.device)};
     st = cf_context_create(&co, &ctx);
   }
   if (st == CF_OK) st = cf_selftest_ensure(ctx);
   if (st == CF_OK) st = cf_mkdirs(s->out);
-  if (st == CF_OK) st = measure_all(ctx, s, o, in, tg, norms, Lmax);
+  if (st == CF_OK) st = measure_all(ctx, s, o, data, in, tg, norms, Lmax);
   if (st == CF_OK) st = write_reports(s, norms, Lmax, cf_context_device(ctx)->name, o->report);
   cf_context_free(ctx);
   free(norms);

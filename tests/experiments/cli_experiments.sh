@@ -44,6 +44,13 @@ for v in s["variants"]:
         finals.append(r["final_valid"])
     assert abs(v["mean"]["final_valid"] - sum(finals) / 2) < 1e-4
     assert abs(v["mean"]["final_valid_sd"] - abs(finals[0] - finals[1]) / math.sqrt(2)) < 1e-4
+    bests = [r["best_valid"] for r in v["runs"]]
+    m = v["mean"]
+    assert (m["final_valid_min"], m["final_valid_max"]) == (min(finals), max(finals)), (m, finals)
+    assert (m["best_valid_min"], m["best_valid_max"]) == (min(bests), max(bests)), (m, bests)
+    assert abs(m["best_valid_sd"] - abs(bests[0] - bests[1]) / math.sqrt(2)) < 1e-4, (m, bests)
+    assert f'{m["final_valid"]:.3f} ± {m["final_valid_sd"]:.3f} [{min(finals):.3f}, {max(finals):.3f}]' in \
+        open("cmp-out/summary.md").read(), m
 ET.parse("cmp-out/curves.svg")  # well-formed XML
 md = open("cmp-out/summary.md").read()
 assert "| post |" in md and "| pre |" in md and "**Reading.**" in md
@@ -97,7 +104,20 @@ for p in ("post", "pre"):
     assert all(abs(sc["norms"][i] - g["placements"][p][d]["mean"][-1][1]) < 1e-5 * sc["norms"][i] for i, d in enumerate(("2", "4")))
     e = math.log(sc["norms"][1] / sc["norms"][0]) / math.log(2)
     assert abs(e - sc["exponent"]) < 1e-3, (e, sc)
+    per = sc["per_seed"]  # a row per seed: the last layer's W2 at each depth
+    assert len(per) == 2 and all(abs(min(r[i] for r in per) - sc["min"][i]) < 1e-9 for i in range(2)), sc
+    assert all(abs(sum(r[i] for r in per) / 2 - sc["norms"][i]) < 1e-5 * sc["norms"][i] for i in range(2)), sc
 ET.parse("gn-out/gradnorm.svg")
 assert "## 4 layers" in open("gn-out/gradnorm.md").read()
+PY
+# each seed draws its own batch, keyed by that seed: seed 1235 alone measures what the second seed of
+# 1234.. measured (with one batch for all seeds, it would see the batch of 1234 there)
+"$bin" gradnorm gn.yaml --set seed=1235 --seeds 1 --out gn-one >/dev/null 2>&1
+python3 - <<'PY' && ok "gradnorm: each seed its own weights and batch, reproducible from the seed" || bad "gradnorm per seed"
+import json
+two, one = (json.load(open(f"{d}/gradnorm.json"))["last_layer_w2_scaling"] for d in ("gn-out", "gn-one"))
+for p in ("post", "pre"):
+    assert one[p]["per_seed"][0] == two[p]["per_seed"][1], (p, one[p], two[p])
+    assert one[p]["per_seed"][0] != two[p]["per_seed"][0], p
 PY
 exit $fail
