@@ -69,35 +69,125 @@ inline int attf_query_begin(int j, int Tq, int Tk, int causal) { return causal ?
 #if CF_DEVICE_IS_CPU
 
 // ---------- CPU shapes ----------
-// On CPUs (PoCL runs the GPU shapes' barriers and transposed local tiles about 30x slower) one
-// work-item per row, no barriers, no local memory (the host passes minimal local arguments): the
-// other side's rows are read from global memory, where a head's K and V stay in cache, with
-// 16-float vectors; the item's accumulators are its own output row. Same arguments, same results up
-// to the order of the sums. The host launches B*NH*Tq (dk/dv: B*NH*Tk) items.
+// On CPUs (PoCL runs the GPU shapes' barriers and transposed local tiles about 30x slower) no
+// barriers and no sharing between items: a work-item takes 16 rows of its own side (query rows for
+// the forward and dq, key rows for dk/dv) as the 16 lanes of float16 vectors, and the other side's
+// rows 8 at a time from global memory (a head's K and V, or Q and dout, stay in cache). Its own rows
+// and its accumulators are kept transposed in its slice of local memory (ATTF_LANES x HS floats
+// each, lane i of vector d being row i's channel d), so an 8 x 16 tile of scores is 8 vector
+// accumulators built from broadcasts of the other side's channels: no horizontal sum per
+// (query, key) pair, and the softmax runs lane-wise. Same arguments and results as the GPU shapes
+// up to the order of the sums; the host launches ceil(rows / 16) items per (sequence, head),
+// ATTF_CPU_G to a group (cpu_group in src/ops/attention_fused.c), with ATTF_LANES x HS floats per
+// item in each local array the kernel names (the others get one float).
 
-inline float attf_dot(__global const float *a, __global const float *b, int HS) {
-  float16 s16 = (float16)(0.0f);
-  int d = 0;
-  for (; d + 16 <= HS; d += 16) s16 = fma(vload16(0, a + d), vload16(0, b + d), s16);
-  float s = cf_hsum16(s16);
-  for (; d < HS; d++) s += a[d] * b[d];
-  return s;
+#define ATTF_LANES 16  // rows of an item's own side: float16 lanes
+#define ATTF_KB 8      // rows of the other side per register tile
+#define ATTF_EACH8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+// exp(x) for x <= about 0 as cl/vecmath.clh's cf_exp16_neg (in registers; PoCL's exp on float16
+// does not vectorise), but a NaN stays NaN (the clamp is a select, not fmax) and lanes are masked
+// by the caller: exp(-inf) gives 2^-125 here, not 0.
+inline float16 attf_exp16(float16 x) {
+  float16 y = x * 1.44269504088896f;
+  y = select(y, (float16)(-125.0f), y < -125.0f);
+  float16 r = y + 12582912.0f;
+  float16 u = y - (r - 12582912.0f);
+  float16 q = 1.0f + u * (0.693147181f + u * (0.240226507f + u * (0.0555041087f + u * (0.00961812911f +
+                                                                  u * (0.00133335581f + u * 0.000154035304f)))));
+  return q * as_float16((as_int16(r) - 0x4B400000 + 127) << 23);
 }
 
-// y = c * y + a * x over HS floats.
-inline void attf_axpby(__global float *y, float c, float a, __global const float *x, int HS) {
-  int d = 0;
-  for (; d + 16 <= HS; d += 16) vstore16(fma((float16)(a), vload16(0, x + d), c * vload16(0, y + d)), 0, y + d);
-  for (; d < HS; d++) y[d] = c * y[d] + a * x[d];
+// The dropout factors of elements base + n * stride, lane n.
+inline float16 attf_keep16(uint base, uint stride, float p, float inv_keep, uint seed, uint step, uint tensor_id,
+                           uint group0) {
+  float f[ATTF_LANES];
+  for (int n = 0; n < ATTF_LANES; n++) f[n] = attf_keep(base + (uint)n * stride, p, inv_keep, seed, step, tensor_id, group0);
+  return vload16(0, f);
 }
 
-inline void attf_zero(__global float *y, int HS) {
-  int d = 0;
-  for (; d + 16 <= HS; d += 16) vstore16((float16)(0.0f), 0, y + d);
-  for (; d < HS; d++) y[d] = 0.0f;
+// r[j] becomes column j of the 16 x 16 block whose rows were r[0..15] (lane i = row i): four
+// rounds of the perfect shuffle (row i and row i + 8 interleaved into rows 2i, 2i + 1).
+inline void attf_transpose16(float16 *r) {
+  const uint16 lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const uint16 hi = (uint16)(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int round = 0; round < 4; round++) {
+    float16 n[ATTF_LANES];
+    for (int i = 0; i < ATTF_LANES / 2; i++) {
+      n[2 * i] = shuffle2(r[i], r[i + 8], lo);
+      n[2 * i + 1] = shuffle2(r[i], r[i + 8], hi);
+    }
+    for (int i = 0; i < ATTF_LANES; i++) r[i] = n[i];
+  }
 }
 
-#define ATTF_BLOCK 16  // keys whose scores an item holds at once
+// dst[d*16 + i] = src row r0 + i, channel d (0 for rows >= rows_end): 16 rows as lanes, 16
+// channels at a time transposed in registers (a scatter a float at a time took a third of the
+// backward's time), the last HS % 16 channels a float at a time.
+inline void attf_pack_lanes(__local float *dst, __global const float *src, int ld, int r0, int rows_end, int HS) {
+  int n = clamp(rows_end - r0, 0, ATTF_LANES), d0 = 0;
+  for (; d0 + 16 <= HS; d0 += 16) {
+    float16 r[ATTF_LANES];
+    for (int i = 0; i < ATTF_LANES; i++) r[i] = i < n ? vload16(0, src + (r0 + i) * ld + d0) : (float16)(0.0f);
+    attf_transpose16(r);
+    for (int j = 0; j < 16; j++) vstore16(r[j], d0 + j, dst);
+  }
+  for (int d = d0; d < HS; d++) {
+    float f[ATTF_LANES];
+    for (int i = 0; i < ATTF_LANES; i++) f[i] = i < n ? src[(r0 + i) * ld + d] : 0.0f;
+    vstore16(vload16(0, f), d, dst);
+  }
+}
+
+// Rows r0 + i < rows_end of dst = (accumulate ? dst : 0) + mul * lane i of src, 16 channels at a
+// time transposed in registers.
+inline void attf_unpack_lanes(__global float *dst, int ld, int r0, int rows_end, __local const float *src, float mul,
+                              int accumulate, int HS) {
+  int n = clamp(rows_end - r0, 0, ATTF_LANES), d0 = 0;
+  for (; d0 + 16 <= HS; d0 += 16) {
+    float16 r[ATTF_LANES];
+    for (int j = 0; j < 16; j++) r[j] = mul * vload16(d0 + j, src);
+    attf_transpose16(r);
+    for (int i = 0; i < n; i++) {
+      __global float *row = dst + (r0 + i) * ld + d0;
+      vstore16(accumulate ? vload16(0, row) + r[i] : r[i], 0, row);
+    }
+  }
+  for (int d = d0; d < HS; d++) {
+    float f[ATTF_LANES];
+    vstore16(mul * vload16(d, src), 0, f);
+    for (int i = 0; i < n; i++) dst[(r0 + i) * ld + d] = (accumulate ? dst[(r0 + i) * ld + d] : 0.0f) + f[i];
+  }
+}
+
+// Lane i of x to dst[i] for i < n (n <= 16).
+inline void attf_store_lanes(__global float *dst, float16 x, int n) {
+  float f[ATTF_LANES];
+  vstore16(x, 0, f);
+  for (int i = 0; i < n; i++) dst[i] = f[i];
+}
+
+// dst[i] as lane i for i < n, `fill` in the others.
+inline float16 attf_load_lanes(__global const float *src, int n, float fill) {
+  float f[ATTF_LANES];
+  for (int i = 0; i < ATTF_LANES; i++) f[i] = i < n ? src[i] : fill;
+  return vload16(0, f);
+}
+
+// The item's (sequence, head) and first own row; 0 when the item is past the grid's end.
+#define ATTF_CPU_ITEM(rows, bh, b, h, r0)                                         \
+  int tiles_ = ((rows) + ATTF_LANES - 1) / ATTF_LANES, item_ = get_global_id(0); \
+  if (item_ >= B * NH * tiles_) return;                                           \
+  int bh = item_ / tiles_, b = bh / NH, h = bh % NH, r0 = (item_ % tiles_) * ATTF_LANES
+
+// The 8 rows j0.. of the other side (row pointers clamped to xlast: rows past it are masked).
+#define ATTF_ROW(r) __global const float *x##r = xb + min(j0 + r, xlast) * ldx, *y##r = yb + min(j0 + r, xlast) * ldy;
+// s_r += a . x_r and u_r += c . y_r over the channels: a and c lane vectors, x_r and y_r broadcast.
+#define ATTF_DECL(r) float16 s##r = (float16)(0.0f), u##r = (float16)(0.0f);
+#define ATTF_FMA_S(r) s##r = fma(a, (float16)(x##r[d]), s##r);
+#define ATTF_FMA_SU(r) \
+  s##r = fma(a, (float16)(x##r[d]), s##r);   \
+  u##r = fma(c, (float16)(y##r[d]), u##r);
 
 __kernel void attention_fused_forward(__global float *out, uint out_off, __global float *lse, uint lse_off,
                                       __global float *lsum, uint lsum_off, __global const float *q, uint q_off,
@@ -107,33 +197,61 @@ __kernel void attention_fused_forward(__global float *out, uint out_off, __globa
                                       int kend, int first, int last, float scale, float p, float inv_keep, uint seed,
                                       uint step, uint tensor_id, uint group0, __local float *qs, __local float *acc,
                                       __local float *ks, __local float *vs, __local float *ss) {
-  int row = get_global_id(0);
-  if (row >= B * NH * Tq) return;
-  int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
-  int kend_row = min(kend, attf_key_end(t, Tq, Tk, causal, attf_klen(klen + klen_off, has_klen, b, Tk)));
-  __global const float *qr = q + q_off + (b * Tq + t) * ldq + h * HS;
-  __global const float *kb = k + k_off + (b * Tk) * ldk + h * HS, *vb = v + v_off + (b * Tk) * ldv + h * HS;
-  __global float *o = out + out_off + (b * Tq + t) * ldo + h * HS;
-  float m = first ? -INFINITY : lse[lse_off + row], l = first ? 0.0f : lsum[lsum_off + row];
-  if (first) attf_zero(o, HS);
-  for (int j0 = kbeg; j0 < kend_row; j0 += ATTF_BLOCK) {
-    int n = min(ATTF_BLOCK, kend_row - j0);
-    float sc[ATTF_BLOCK], mt = -INFINITY;
-    for (int r = 0; r < n; r++) mt = fmax(mt, sc[r] = scale * attf_dot(qr, kb + (j0 + r) * ldk, HS));
-    float mn = fmax(m, mt), corr = m == -INFINITY ? 0.0f : exp(m - mn);
-    l *= corr;
-    for (int r = 0; r < n; r++) {
-      float pj = exp(sc[r] - mn);
-      l += pj;
-      if (p > 0.0f) pj *= attf_keep((uint)row * (uint)Tk + (uint)(j0 + r), p, inv_keep, seed, step, tensor_id, group0);
-      attf_axpby(o, r == 0 ? corr : 1.0f, pj, vb + (j0 + r) * ldv, HS);
+  ATTF_CPU_ITEM(Tq, bh, b, h, t0);
+  __local float *qT = qs + get_local_id(0) * ATTF_LANES * HS, *oT = acc + get_local_id(0) * ATTF_LANES * HS;
+  int kl = attf_klen(klen + klen_off, has_klen, b, Tk), n = min(ATTF_LANES, Tq - t0);
+  int16 t = t0 + (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int16 kend_l = min((int16)(min(kl, kend)), causal ? t + (Tk - Tq + 1) : (int16)(Tk));
+  kend_l = select(kend_l, (int16)(0), t >= Tq);
+  int kend_blk = min(kend, attf_key_end(t0 + n - 1, Tq, Tk, causal, kl)), xlast = kend_blk - 1;
+  __global const float *xb = k + k_off + (b * Tk) * ldk + h * HS, *yb = v + v_off + (b * Tk) * ldv + h * HS;
+  int ldx = ldk, ldy = ldv;
+  __global float *o = out + out_off + (b * Tq) * ldo + h * HS;
+  attf_pack_lanes(qT, q + q_off + (b * Tq) * ldq + h * HS, ldq, t0, Tq, HS);
+  float16 m = (float16)(-INFINITY), l = (float16)(0.0f);
+  if (first) {
+    for (int d = 0; d < HS; d++) vstore16((float16)(0.0f), d, oT);
+  } else {
+    attf_pack_lanes(oT, o, ldo, t0, Tq, HS);
+    m = attf_load_lanes(lse + lse_off + bh * Tq + t0, n, -INFINITY);
+    l = attf_load_lanes(lsum + lsum_off + bh * Tq + t0, n, 0.0f);
+  }
+  for (int j0 = kbeg; j0 < kend_blk; j0 += ATTF_KB) {
+    ATTF_EACH8(ATTF_ROW)
+    ATTF_EACH8(ATTF_DECL)
+    for (int d = 0; d < HS; d++) {
+      float16 a = vload16(d, qT);
+      ATTF_EACH8(ATTF_FMA_S)
+    }
+#define ATTF_MASK(r) s##r = select(s##r * scale, (float16)(-INFINITY), (int16)(j0 + r) >= kend_l);
+    ATTF_EACH8(ATTF_MASK)
+    float16 mn = fmax(m, fmax(fmax(fmax(s0, s1), fmax(s2, s3)), fmax(fmax(s4, s5), fmax(s6, s7))));
+    float16 corr = select(attf_exp16(m - mn), (float16)(0.0f), m == (float16)(-INFINITY));
+#define ATTF_PROB(r) u##r = select(attf_exp16(s##r - mn), (float16)(0.0f), s##r == (float16)(-INFINITY));
+    ATTF_EACH8(ATTF_PROB)
+    l = l * corr + (((u0 + u1) + (u2 + u3)) + ((u4 + u5) + (u6 + u7)));
+    if (p > 0.0f) {
+      uint base = (uint)(bh * Tq + t0) * (uint)Tk;
+#define ATTF_DROP(r) u##r *= attf_keep16(base + (uint)(j0 + r), (uint)Tk, p, inv_keep, seed, step, tensor_id, group0);
+      ATTF_EACH8(ATTF_DROP)
+    }
+    for (int d = 0; d < HS; d++) {
+      float16 x = vload16(d, oT) * corr;
+#define ATTF_PV(r) x = fma(u##r, (float16)(y##r[d]), x);
+      ATTF_EACH8(ATTF_PV)
+      vstore16(x, d, oT);
     }
     m = mn;
   }
-  float inv = last ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f;
-  if (inv != 1.0f) attf_axpby(o, inv, 0.0f, o, HS);
-  lse[lse_off + row] = last ? (l > 0.0f ? m + log(l) : 0.0f) : m;
-  if (!last) lsum[lsum_off + row] = l;
+  if (last) {
+    float16 inv = select(1.0f / l, (float16)(0.0f), l <= 0.0f);
+    for (int d = 0; d < HS; d++) vstore16(vload16(d, oT) * inv, d, oT);
+    attf_store_lanes(lse + lse_off + bh * Tq + t0, select(m + log(l), (float16)(0.0f), l <= 0.0f), n);
+  } else {
+    attf_store_lanes(lse + lse_off + bh * Tq + t0, m, n);
+    attf_store_lanes(lsum + lsum_off + bh * Tq + t0, l, n);
+  }
+  attf_unpack_lanes(o, ldo, t0, Tq, oT, 1.0f, 0, HS);
 }
 
 __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __global const float *dout, uint dout_off,
@@ -145,20 +263,43 @@ __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __glo
                                           float scale, float p, float inv_keep, uint seed, uint step, uint tensor_id,
                                           uint group0, __local float *qs, __local float *dos, __local float *dqs,
                                           __local float *ks, __local float *vs) {
-  int row = get_global_id(0);
-  if (row >= B * NH * Tq) return;
-  int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
-  int kend_row = min(kend, attf_key_end(t, Tq, Tk, causal, attf_klen(klen + klen_off, has_klen, b, Tk)));
-  __global const float *qr = q + q_off + (b * Tq + t) * ldq + h * HS, *dor = dout + dout_off + (b * Tq + t) * ldo + h * HS;
-  __global const float *kb = k + k_off + (b * Tk) * ldk + h * HS, *vb = v + v_off + (b * Tk) * ldv + h * HS;
-  __global float *g = dq + dq_off + (b * Tq + t) * ldq + h * HS;
-  float L = lse[lse_off + row], Dt = D[D_off + row];
-  if (!accumulate) attf_zero(g, HS);
-  for (int j = kbeg; j < kend_row; j++) {
-    float pj = exp(scale * attf_dot(qr, kb + j * ldk, HS) - L), dp = attf_dot(dor, vb + j * ldv, HS);
-    if (p > 0.0f) dp *= attf_keep((uint)row * (uint)Tk + (uint)j, p, inv_keep, seed, step, tensor_id, group0);
-    attf_axpby(g, 1.0f, scale * pj * (dp - Dt), kb + j * ldk, HS);
+  ATTF_CPU_ITEM(Tq, bh, b, h, t0);
+  int lo = get_local_id(0) * ATTF_LANES * HS;
+  __local float *qT = qs + lo, *doT = dos + lo, *gT = dqs + lo;
+  int kl = attf_klen(klen + klen_off, has_klen, b, Tk), n = min(ATTF_LANES, Tq - t0);
+  int16 t = t0 + (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int16 kend_l = min((int16)(min(kl, kend)), causal ? t + (Tk - Tq + 1) : (int16)(Tk));
+  kend_l = select(kend_l, (int16)(0), t >= Tq);
+  int kend_blk = min(kend, attf_key_end(t0 + n - 1, Tq, Tk, causal, kl)), xlast = kend_blk - 1;
+  __global const float *xb = k + k_off + (b * Tk) * ldk + h * HS, *yb = v + v_off + (b * Tk) * ldv + h * HS;
+  int ldx = ldk, ldy = ldv;
+  attf_pack_lanes(qT, q + q_off + (b * Tq) * ldq + h * HS, ldq, t0, Tq, HS);
+  attf_pack_lanes(doT, dout + dout_off + (b * Tq) * ldo + h * HS, ldo, t0, Tq, HS);
+  for (int d = 0; d < HS; d++) vstore16((float16)(0.0f), d, gT);
+  float16 L = attf_load_lanes(lse + lse_off + bh * Tq + t0, n, 0.0f);
+  float16 Dt = attf_load_lanes(D + D_off + bh * Tq + t0, n, 0.0f);
+  for (int j0 = kbeg; j0 < kend_blk; j0 += ATTF_KB) {
+    ATTF_EACH8(ATTF_ROW)
+    ATTF_EACH8(ATTF_DECL)
+    for (int d = 0; d < HS; d++) {
+      float16 a = vload16(d, qT), c = vload16(d, doT);
+      ATTF_EACH8(ATTF_FMA_SU)
+    }
+    // s_r: P (0 where masked); u_r: dS = P (dP * dropout - D)
+#define ATTF_DS(r)                                                                                           \
+  s##r = select(attf_exp16(s##r * scale - L), (float16)(0.0f), (int16)(j0 + r) >= kend_l);                   \
+  if (p > 0.0f) u##r *= attf_keep16(base + (uint)(j0 + r), (uint)Tk, p, inv_keep, seed, step, tensor_id, group0); \
+  u##r = s##r * (u##r - Dt);
+    uint base = (uint)(bh * Tq + t0) * (uint)Tk;
+    ATTF_EACH8(ATTF_DS)
+    for (int d = 0; d < HS; d++) {
+      float16 x = vload16(d, gT);
+#define ATTF_DSK(r) x = fma(u##r, (float16)(x##r[d]), x);
+      ATTF_EACH8(ATTF_DSK)
+      vstore16(x, d, gT);
+    }
   }
+  attf_unpack_lanes(dq + dq_off + (b * Tq) * ldq + h * HS, ldq, t0, Tq, gT, scale, accumulate, HS);
 }
 
 __kernel void attention_fused_backward_dkv(
@@ -169,26 +310,53 @@ __kernel void attention_fused_backward_dkv(
     int BQ, int qbeg, int qend, int accumulate, float scale, float p, float inv_keep, uint seed, uint step,
     uint tensor_id, uint group0, __local float *ks, __local float *vs, __local float *dks, __local float *dvs,
     __local float *qs, __local float *dos, __local float *ls, __local float *Ds) {
-  int item = get_global_id(0);
-  if (item >= B * NH * Tk) return;
-  int j = item % Tk, bh = item / Tk, b = bh / NH, h = bh % NH, kl = attf_klen(klen + klen_off, has_klen, b, Tk);
-  __global const float *kr = k + k_off + (b * Tk + j) * ldk + h * HS, *vr = v + v_off + (b * Tk + j) * ldv + h * HS;
-  __global const float *qb = q + q_off + (b * Tq) * ldq + h * HS, *dob = dout + dout_off + (b * Tq) * ldo + h * HS;
-  __global float *gk = dk + dk_off + (b * Tk + j) * ldk + h * HS, *gv = dv + dv_off + (b * Tk + j) * ldv + h * HS;
-  if (!accumulate) {
-    attf_zero(gk, HS);
-    attf_zero(gv, HS);
+  ATTF_CPU_ITEM(Tk, bh, b, h, j0k);
+  int lo = get_local_id(0) * ATTF_LANES * HS;
+  __local float *kT = ks + lo, *vT = vs + lo, *gkT = dks + lo, *gvT = dvs + lo;
+  int kl = attf_klen(klen + klen_off, has_klen, b, Tk);
+  int16 jl = j0k + (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __global const float *xb = q + q_off + (b * Tq) * ldq + h * HS, *yb = dout + dout_off + (b * Tq) * ldo + h * HS;
+  int ldx = ldq, ldy = ldo;
+  attf_pack_lanes(kT, k + k_off + (b * Tk) * ldk + h * HS, ldk, j0k, Tk, HS);
+  attf_pack_lanes(vT, v + v_off + (b * Tk) * ldv + h * HS, ldv, j0k, Tk, HS);
+  for (int d = 0; d < HS; d++) {
+    vstore16((float16)(0.0f), d, gkT);
+    vstore16((float16)(0.0f), d, gvT);
   }
-  int qe = j < kl ? qend : 0;  // a padded key is seen by no query
-  for (int t = max(qbeg, attf_query_begin(j, Tq, Tk, causal)); t < qe; t++) {
-    if (j >= attf_key_end(t, Tq, Tk, causal, kl)) continue;
-    int r = bh * Tq + t;
-    float pj = exp(scale * attf_dot(qb + t * ldq, kr, HS) - lse[lse_off + r]), f = 1.0f;
-    float dp = attf_dot(dob + t * ldo, vr, HS);
-    if (p > 0.0f) f = attf_keep((uint)r * (uint)Tk + (uint)j, p, inv_keep, seed, step, tensor_id, group0);
-    attf_axpby(gv, 1.0f, pj * f, dob + t * ldo, HS);
-    attf_axpby(gk, 1.0f, scale * pj * (dp * f - D[D_off + r]), qb + t * ldq, HS);
+  // queries [qb, qe) see at least one of the keys; a padded key is seen by no query
+  int qb = max(qbeg, attf_query_begin(j0k, Tq, Tk, causal)), qe = j0k < kl ? qend : qb, xlast = qe - 1;
+  for (int j0 = qb; j0 < qe; j0 += ATTF_KB) {  // j0: the first of 8 query rows
+    ATTF_EACH8(ATTF_ROW)
+    ATTF_EACH8(ATTF_DECL)
+    for (int d = 0; d < HS; d++) {
+      float16 a = vload16(d, kT), c = vload16(d, vT);
+      ATTF_EACH8(ATTF_FMA_SU)
+    }
+    // query t = j0 + r: s_r becomes P * dropout (for dv), u_r dS = P (dP * dropout - D) (for dk)
+#define ATTF_DKV(r)                                                                                               \
+  {                                                                                                               \
+    int tr = min(j0 + r, xlast), row = bh * Tq + tr;                                                               \
+    int ke = j0 + r <= xlast ? attf_key_end(tr, Tq, Tk, causal, kl) : 0;                                           \
+    float16 P = select(attf_exp16(s##r * scale - lse[lse_off + row]), (float16)(0.0f), jl >= ke);                 \
+    float16 f = p > 0.0f ? attf_keep16((uint)row * (uint)Tk + (uint)j0k, 1u, p, inv_keep, seed, step, tensor_id,  \
+                                       group0)                                                                    \
+                         : (float16)(1.0f);                                                                       \
+    s##r = P * f;                                                                                                 \
+    u##r = P * (u##r * f - D[D_off + row]);                                                                       \
   }
+    ATTF_EACH8(ATTF_DKV)
+    for (int d = 0; d < HS; d++) {
+      float16 gv = vload16(d, gvT), gk = vload16(d, gkT);
+#define ATTF_DKV_ACC(r)                    \
+  gv = fma(s##r, (float16)(y##r[d]), gv); \
+  gk = fma(u##r, (float16)(x##r[d]), gk);
+      ATTF_EACH8(ATTF_DKV_ACC)
+      vstore16(gv, d, gvT);
+      vstore16(gk, d, gkT);
+    }
+  }
+  attf_unpack_lanes(dk + dk_off + (b * Tk) * ldk + h * HS, ldk, j0k, Tk, gkT, scale, accumulate, HS);
+  attf_unpack_lanes(dv + dv_off + (b * Tk) * ldv + h * HS, ldv, j0k, Tk, gvT, 1.0f, accumulate, HS);
 }
 
 #else  // GPU shapes: a work-group per tile of rows

@@ -14,7 +14,8 @@
 
 #define PROGRAM "attention_fused"
 #define TILE_MAX 64 /* rows per group and per streamed tile at most (GPU shapes) */
-#define CPU_GROUP 16 /* items per work-group in the CPU shapes */
+#define CPU_LANES 16 /* rows per item in the CPU shapes (ATTF_LANES) */
+#define CPU_GROUP 1  /* items per work-group in the CPU shapes */
 
 size_t cf_attention_fused_scratch_floats(const cf_attention_dims *d) {
   if (!d || d->B <= 0 || d->NH <= 0 || d->Tq <= 0) return 0;
@@ -55,13 +56,17 @@ static size_t pow2_at_least(size_t n, size_t cap) {
 
 /* The streamed rows a launch may take: all of them, unless the device stops a work-item's loops
  * (gemm/loop_budget.h); then as many as the trips an item makes per streamed row and per launch
- * (counted on cl/attention_fused.cl's GPU shapes, which loop the most) leave room for, in whole
- * tiles (T2 shrinks when not even one fits). */
+ * (counted on cl/attention_fused.cl's shapes) leave room for, in whole tiles (T2 shrinks when not
+ * even one fits). */
 static cf_status plan_chunk(cf_context *ctx, size_t streamed, size_t HS, tiling *t) {
   size_t budget = 0, chunk = streamed;
   CF_TRY(cf_gemm_loop_budget(ctx, &budget));
   if (budget) {
     size_t per = 2 * HS + 4 + (2 * HS + t->G - 1) / t->G + (HS + 1) / 2, fixed = 4 * HS + 16;
+    if (cf_context_cpu_shapes(ctx)) { /* per 8 rows: two channel loops, 8 x 16 dropout draws; packs of 16 rows */
+      per = (2 * HS + 8 * CPU_LANES + 16) / 8 + 1;
+      fixed = 6 * CPU_LANES * HS + 64;
+    }
     chunk = budget * 3 / 4 > fixed + per ? (budget * 3 / 4 - fixed) / per : 1;
     while (t->T2 > chunk) t->T2 /= 2;
     chunk = chunk / t->T2 * t->T2;
@@ -74,7 +79,11 @@ static cf_status plan_chunk(cf_context *ctx, size_t streamed, size_t HS, tiling 
  * larger first) until local memory holds them; then the streamed rows a launch may take. */
 static cf_status plan_tiles(cf_context *ctx, const char *kernel, size_t rows, size_t streamed, size_t HS, local_use u,
                             tiling *out) {
-  if (cf_context_cpu_shapes(ctx)) {  /* an item per row, no local memory (cl/attention_fused.cl) */
+  if (cf_context_cpu_shapes(ctx)) { /* an item per 16 rows, its own slice of local memory */
+    size_t floats = (u.a / HS) * CPU_GROUP * CPU_LANES * HS;
+    if (floats * sizeof(float) > ctx->info.local_mem)
+      return CF_FAIL(CF_ERR_INVALID_ARG, "fused attention: head size %zu needs more local memory than %s has (%llu bytes)",
+                     HS, ctx->info.name, ctx->info.local_mem);
     out->G = CPU_GROUP;
     out->T2 = 1;
     return plan_chunk(ctx, streamed, HS, out);
@@ -101,16 +110,21 @@ static cf_status plan_tiles(cf_context *ctx, const char *kernel, size_t rows, si
   return plan_chunk(ctx, streamed, HS, out);
 }
 
-/* The kernel's local arrays; one float each in the CPU shapes, which use none. */
-static void arg_locals(cf_launch *L, size_t n, const size_t *floats) {
+/* The kernel's local arrays. In the CPU shapes the first `own` of them hold each item's 16 rows
+ * transposed (CPU_LANES x HS floats an item), the others are unused (one float). */
+static void arg_locals(cf_launch *L, size_t n, const size_t *floats, size_t own, size_t HS) {
   int cpu = cf_context_cpu_shapes(L->ctx);
-  for (size_t i = 0; i < n; i++) cf_arg_local(L, (cpu ? 1 : floats[i]) * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    cf_arg_local(L, (cpu ? (i < own ? CPU_GROUP * CPU_LANES * HS : 1) : floats[i]) * sizeof(float));
 }
 
 /* Work-groups of G items, one per tile of G rows of each (sequence, head); in the CPU shapes an
- * item per row. */
+ * item per 16 rows, CPU_GROUP to a group. */
 static size_t grid_items(cf_context *ctx, const cf_attention_dims *d, size_t rows, size_t G) {
-  if (cf_context_cpu_shapes(ctx)) return (size_t)d->B * d->NH * rows;
+  if (cf_context_cpu_shapes(ctx)) {
+    size_t items = (size_t)d->B * d->NH * ((rows + CPU_LANES - 1) / CPU_LANES);
+    return (items + CPU_GROUP - 1) / CPU_GROUP * CPU_GROUP;
+  }
   return (size_t)d->B * d->NH * ((rows + G - 1) / G) * G;
 }
 
@@ -137,7 +151,7 @@ cf_status cf_attention_fused_forward(cf_context *ctx, cf_mem out, cf_mem lse, cf
     CF_ARG_INTS(&L, (int)t.T2, (int)c, (int)end, c == 0, end == (size_t)d->Tk);
     cf_arg_float(&L, d->scale);
     cf_arg_dropout(&L, drop);
-    arg_locals(&L, 5, (const size_t[]){HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS, t.T2 * t.G});
+    arg_locals(&L, 5, (const size_t[]){HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS, t.T2 * t.G}, 2, HS);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   return CF_OK;
@@ -165,7 +179,7 @@ static cf_status backward_dq(cf_context *ctx, cf_mem dq, cf_mem dout, cf_mem q, 
     CF_ARG_INTS(&L, (int)t.T2, (int)c, (int)end, c > 0);
     cf_arg_float(&L, d->scale);
     cf_arg_dropout(&L, drop);
-    arg_locals(&L, 5, (const size_t[]){HS * t.G, HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS});
+    arg_locals(&L, 5, (const size_t[]){HS * t.G, HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS}, 3, HS);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   return CF_OK;
@@ -185,7 +199,8 @@ static cf_status backward_dkv(cf_context *ctx, cf_mem dk, cf_mem dv, cf_mem dout
     CF_ARG_INTS(&L, (int)t.T2, (int)c, (int)end, c > 0);
     cf_arg_float(&L, d->scale);
     cf_arg_dropout(&L, drop);
-    arg_locals(&L, 8, (const size_t[]){HS * t.G, HS * t.G, HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS, t.T2, t.T2});
+    arg_locals(&L, 8, (const size_t[]){HS * t.G, HS * t.G, HS * t.G, HS * t.G, t.T2 * HS, t.T2 * HS, t.T2, t.T2}, 4,
+               HS);
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   return CF_OK;

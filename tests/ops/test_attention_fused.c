@@ -287,6 +287,9 @@ int main(void) {
       {"Tk = 1", 2, 5, 1, 1, 3, 0, 0, 0.0f, 0},
       {"HS = 1", 2, 9, 9, 5, 1, 1, 0, 0.0f, 0},
       {"HS = 20, long", 3, 200, 200, 2, 20, 1, 1, 0.1f, 0},
+      {"HS = 64 (whole 16-channel blocks), T off 16", 4, 53, 53, 2, 64, 1, 1, 0.0f, 2},
+      {"HS = 64, unpadded", 2, 37, 37, 2, 64, 1, 0, 0.0f, 0},
+      {"HS = 35, cross, dropout", 2, 21, 40, 2, 35, 0, 0, 0.1f, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &r, cases[i]);
 
