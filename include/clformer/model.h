@@ -109,6 +109,21 @@ cf_status cf_model_forward_part(cf_model *m, const int *inputs, const int *targe
 cf_status cf_model_set_shard(cf_model *m, int first, int total);
 cf_status cf_model_zero_grads(cf_model *m);
 cf_status cf_model_backward_add(cf_model *m);
+/* Gradients final while the backward goes on, for data parallelism to sum them over the ranks as
+ * the rest is computed: floats [from, to) of the flat gradient buffer `grads` (cf_model_flat_floats
+ * of them) hold their step's values once the context's queue has run what is enqueued so far. */
+typedef struct cf_grads_ready {
+  cl_mem grads;
+  size_t from, to;
+  cf_mem step_loss;  /* the step's loss (one float), final since the forward */
+} cf_grads_ready;
+typedef cf_status (*cf_grads_ready_fn)(void *user, const cf_grads_ready *r);
+/* Set (fn NULL: clear) the hook cf_model_backward_add calls in a step's last micro-batch (part ==
+ * parts - 1) as stages finish: after the output projection and final LayerNorm, after each block,
+ * after the embeddings. The ranges go from the buffer's end to its start, each ending where the one
+ * before began, the last from 0 (the layout puts layers in forward order between the embeddings,
+ * finished last, tied or not, and the output's own tensors). A hook's error ends the backward. */
+void cf_model_on_grads_ready(cf_model *m, cf_grads_ready_fn fn, void *user);
 /* Global L2 norm of the gradient, computed on the device (kept for the clipping in cf_model_update). */
 cf_status cf_model_global_grad_norm(cf_model *m);
 /* One optimizer step at learning rate lr (step is 1-based, for Adam's bias correction); clips by

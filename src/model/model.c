@@ -485,23 +485,51 @@ cf_status cf_model_backward(cf_model *m) {
   return cf_model_backward_add(m);
 }
 
+void cf_model_on_grads_ready(cf_model *m, cf_grads_ready_fn fn, void *user) {
+  m->ready_fn = fn;
+  m->ready_user = user;
+}
+
+/* The hook told that the gradients from `from` to the end are final (in the last micro-batch). */
+static cf_status grads_ready(cf_model *m, size_t from) {
+  if (!m->ready_fn || m->part != m->parts - 1 || from >= m->ready_from) return CF_OK;
+  cf_grads_ready r = {m->grads, from, m->ready_from, cf_model_step_loss_at(m)};
+  m->ready_from = from;
+  return m->ready_fn(m->ready_user, &r);
+}
+
+/* Where the gradients final after block l's backward begin: its LN1 is done by block l - 1 under
+ * Pre-LN (fused with that block's last residual), so from its attention on; from its start else. */
+static size_t block_done_from(const cf_model *m, int l) {
+  return m->mc.norm == CF_NORM_PRE && l > 0 ? m->lp[l].qkv_w : m->lp[l].ln1_w;
+}
+
 cf_status cf_model_backward_add(cf_model *m) {
   if (m->count <= 0) return CF_FAIL(CF_ERR_INVALID_ARG, "backward needs a forward with targets first");
   int N = m->B * m->T, C = m->C, V = m->V;
   cf_mem xf = m->lnf_w != SIZE_MAX ? A(m->lnf_out) : model_output(m);
+  size_t done = m->out_w != m->wte ? m->out_w : m->nparams;  /* tied: the embeddings' backward adds more */
+  m->ready_from = m->nparams;
   if (m->lnf_w != SIZE_MAX) {
     /* d(lnf_out) in s_res; the final LayerNorm's backward here, or in the last block (Pre-LN) */
     CF_TRY(linear_backward(m, S(m->s_res), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
-    if (!final_norm_in_block(m))
+    if (!final_norm_in_block(m)) {
       CF_TRY(cf_layernorm_backward(m->ctx, S(m->s_stream), G(m->lnf_w), G(m->lnf_b), S(m->s_res), model_output(m),
                                    P(m->lnf_w), A(m->lnf_mean), A(m->lnf_rstd), N, C, 0));
+      done = m->lnf_w;
+    }
   } else {
     CF_TRY(linear_backward(m, S(m->s_stream), m->out_w, SIZE_MAX, A(m->dlogits), xf, C, V, 0));
   }
-  for (int l = m->L - 1; l >= 0; l--) CF_TRY(block_backward(m, l));
+  CF_TRY(grads_ready(m, done));
+  for (int l = m->L - 1; l >= 0; l--) {
+    CF_TRY(block_backward(m, l));
+    CF_TRY(grads_ready(m, block_done_from(m, l)));
+  }
   CF_TRY(cf_dropout_backward(m->ctx, S(m->s_stream), (size_t)N * C, dropout_key(m, -1, DROP_EMB, m->mc.dropout)));
-  return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), S(m->s_stream),
-                               cf_at(cf_upload_current(&m->tokens), 0), m->B, m->T, C, V, token_scale(m));
+  CF_TRY(cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), S(m->s_stream),
+                               cf_at(cf_upload_current(&m->tokens), 0), m->B, m->T, C, V, token_scale(m)));
+  return grads_ready(m, 0);
 }
 
 cf_status cf_model_global_grad_norm(cf_model *m) {

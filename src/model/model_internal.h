@@ -101,6 +101,9 @@ struct cf_model {
   uint32_t step;           /* dropout key of the last forward */
   int train;
   cf_watch_reads watch;
+  cf_grads_ready_fn ready_fn; /* cf_model_on_grads_ready's hook, NULL: none */
+  void *ready_user;
+  size_t ready_from;          /* in a backward: gradients from here to the end told final */
 };
 
 /* Fill in m's sizes from mc, oc, B and T, and lay out its parameters (views), activations and
