@@ -41,9 +41,11 @@ int cf_dist_failure_agreed(void);
 
 /* Collective sum of n floats into buf on every rank, in buckets of bucket floats (0: one bucket),
  * in a fixed order: each bucket is cut into one slice per rank; rank r gathers slice r from every
- * rank (MPI_Alltoallv) and adds them in rank order 0, 1, ..., size-1; the sums are shared back
- * (MPI_Allgatherv). The result is the same bits on every rank and from run to run, whatever
- * algorithm MPI picks. *wait_s (optional) adds the seconds spent inside MPI calls. */
+ * rank (MPI_Ialltoallv) and adds them in rank order 0, 1, ..., size-1; the sums are shared back
+ * (MPI_Iallgatherv). The result is the same bits on every rank and from run to run, whatever
+ * algorithm MPI picks, and whatever the buckets. Each collective is waited for idle (tested every
+ * 0.1 ms), not in MPI's spinning wait, so a rank waiting for another leaves the cores to the devices
+ * (the backward it overlaps). *wait_s (optional) adds the seconds spent waiting. */
 cf_status cf_dist_allreduce_sum(float *buf, size_t n, size_t bucket, double *wait_s);
 /* Collective: rank root's bytes into every rank's buf. */
 cf_status cf_dist_bcast(void *buf, size_t bytes, int root);

@@ -160,17 +160,21 @@ cf_status cf_train_step(cf_model *m, const int *inputs, const int *targets, int 
 cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
                                    cf_mem loss_acc);
 /* Data parallelism (clformer/dist.h): a step whose gradients are summed over the world's ranks
- * before the norm, the watch and the update. host: room for the flat gradients and the loss (NULL in
- * a world of one: nothing to share); wait_s: seconds inside MPI's collectives, sync_s: the whole
- * exchange (device reads and writes too, timed from the end of the step's backward on the device),
- * both summed over steps. */
+ * before the norm, the watch and the update, overlapping the backward: each range of gradients the
+ * last micro-batch's backward finishes (cf_model_on_grads_ready) goes to the host by a non-blocking
+ * read while the device goes on, and is all-reduced there and written back as the device works on
+ * the layers before. host: room for the flat gradients and the loss (NULL in a world of one: nothing
+ * to share); wait_s: seconds inside MPI's collectives (those overlapping the backward included),
+ * sync_s: what a step waits for the exchange after its backward (from the device's last gradient
+ * read to the world's gradients back on the device), both summed over steps. */
 typedef struct cf_grad_sync {
   cf_context *ctx;  /* the model's */
   float *host;
   size_t floats;
   double wait_s, sync_s;
+  struct cf_grad_buckets *buckets;  /* the step's buckets in flight (train.c) */
 } cf_grad_sync;
-#define CF_DIST_BUCKET_FLOATS ((size_t)1 << 20)  /* 4 MiB buckets in the all-reduce */
+#define CF_DIST_BUCKET_FLOATS ((size_t)1 << 20)  /* at most 4 MiB an all-reduce call (MPI's counts are ints) */
 cf_status cf_grad_sync_init(cf_grad_sync *g, cf_context *ctx, cf_model *m);
 void cf_grad_sync_free(cf_grad_sync *g);
 /* cf_train_step_accumulate on this rank's share of the step (cf_model_set_shard), with the world's

@@ -7,12 +7,14 @@
  *   alone  rank 0 trains alone (cf_train_step: no gradient exchange), the others waiting idle
  *          (cf_dist_barrier_idle: they poll every millisecond, taking no core from it): the one-rank
  *          baseline, on the same device and in the same job;
- *   world  every rank trains its share and the gradients are summed (cf_train_step_shared: read to
- *          the host, the fixed-order all-reduce, written back), as `train` does under mpirun.
- * Per rank: median [min, max] step, tokens/s (its B*T / median), and per step the milliseconds in
- * the exchange (device reads and writes and MPI) and inside MPI alone (which include waiting for
- * the slowest rank). The world's tokens/s is size * B*T / the slowest rank's median step; the
- * scaling efficiency is that over size times the alone tokens/s (1.0: perfect scaling). Rank 0
+ *   world  every rank trains its share and the gradients are summed (cf_train_step_shared: each
+ *          range read to the host as the backward finishes it, the fixed-order all-reduce while the
+ *          device goes on, written back), as `train` does under mpirun.
+ * Per rank: median [min, max] step, tokens/s (its B*T / median), and per step the milliseconds the
+ * step waits for the exchange after its backward on the device (what the overlap left exposed) and
+ * those inside MPI (the overlapped ones too, and waiting for the slowest rank). The world's
+ * tokens/s is size * B*T / the slowest rank's median step; the scaling efficiency is that over size
+ * times the alone tokens/s (1.0: perfect scaling). Rank 0
  * prints and reports; the JSON's "world" (cmd_bench.c documents it). Not here: the per-kernel
  * breakdown and --vs-torch, which are one process's (run `bench step` without mpirun). */
 #include <jansson.h>
@@ -159,6 +161,8 @@ static void world_print(const world_bench *w) {
     fprintf(w->out, "  %-4d %-44.44s %24s %10.0f %12.2f %10.2f\n", r, w->names + (size_t)r * NAME, range,
             w->N / f[F_MEDIAN], f[F_XCHG] * 1e3, f[F_MPI] * 1e3);
   }
+  fprintf(w->out, "  (exchange: a step's wait after its backward on the device; in MPI: all its MPI time, that "
+          "overlapping the backward too)\n");
   fprintf(w->out, "world: %.0f tokens/s (%d x %d tokens / the slowest rank's median step %.2f ms); scaling efficiency "
           "%.2f (%.0f / (%d x %.0f))\n", tps, size, w->N, world_step_s(w) * 1e3, tps / (size * tps1), tps, size, tps1);
   fflush(w->out);

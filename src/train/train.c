@@ -3,6 +3,7 @@
  * divergence and on the caller's request (after a checkpoint). No blocking read inside a step
  * except when a progress row, an evaluation or a checkpoint needs a number. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,45 +63,149 @@ cf_status cf_train_step_accumulate(cf_model *m, const int *inputs, const int *ta
   return cf_train_step_shared(m, inputs, targets, parts, step, lr, loss_acc, NULL);
 }
 
+/* The exchange of a step in flight: the gradient ranges read to the host as the backward finishes
+ * them (cf_model_on_grads_ready), a bucket each, reduced in the order they were read: the same
+ * buckets on every rank, since every rank's model tells the same ranges. */
+struct cf_grad_buckets {
+  cl_command_queue queue;
+  cl_mem grads;
+  cf_mem loss;               /* the step loss on the device; it rides with the first bucket */
+  int n, cap;
+  struct grad_bucket { size_t from, to; cl_event read; } *b;
+  size_t open_to;            /* ranges told final but not yet read: [from of the last, open_to) */
+  size_t min;                /* floats a bucket gathers before it is read (min_bucket) */
+  _Atomic double done_at;    /* when the last range's read completed (its event's callback) */
+};
+/* Ranges are read (and reduced) once they make at least 1 MiB, so that a small tensor's range (the
+ * final LayerNorm's) does not pay an exchange's latency alone; $CLFORMER_GRAD_BUCKET (floats, the
+ * same on every rank) changes it: tests use 1, a bucket per range, on models too small for two. */
+static cf_status min_bucket(size_t *floats) {
+  const char *s = getenv("CLFORMER_GRAD_BUCKET");
+  char *end = NULL;
+  *floats = CF_DIST_BUCKET_FLOATS / 4;
+  if (!s || !*s) return CF_OK;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || v == 0 || s[0] == '-')
+    return CF_FAIL(CF_ERR_CONFIG, "CLFORMER_GRAD_BUCKET=%s: needs a positive number of floats", s);
+  *floats = (size_t)v;
+  return CF_OK;
+}
+
 cf_status cf_grad_sync_init(cf_grad_sync *g, cf_context *ctx, cf_model *m) {
   memset(g, 0, sizeof *g);
   g->ctx = ctx;
   g->floats = cf_model_flat_floats(m) + 1;
-  if (cf_dist_world()->size > 1 && !(g->host = malloc(g->floats * sizeof *g->host)))
-    return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  return CF_OK;
+  if (cf_dist_world()->size == 1) return CF_OK;
+  g->host = malloc(g->floats * sizeof *g->host);
+  g->buckets = calloc(1, sizeof *g->buckets);
+  int cap = cf_model_num_views(m) + 2;  /* the model tells a range at most per stage */
+  if (g->buckets) g->buckets->b = calloc((size_t)cap, sizeof *g->buckets->b);
+  if (!g->host || !g->buckets || !g->buckets->b) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  g->buckets->cap = cap;
+  g->buckets->queue = cf_context_queue(ctx);
+  return min_bucket(&g->buckets->min);
+}
+
+/* The step's read events released (each waited for first: its read writes into host). */
+static void release_buckets(struct cf_grad_buckets *gb) {
+  for (int i = 0; i < gb->n; i++) {
+    if (clWaitForEvents(1, &gb->b[i].read) != CL_SUCCESS) cf_log(1, "a gradient read failed (the step failed already)");
+    CF_RELEASE(clReleaseEvent, gb->b[i].read);
+  }
+  gb->n = 0;
 }
 
 void cf_grad_sync_free(cf_grad_sync *g) {
+  if (g->buckets) {
+    release_buckets(g->buckets);
+    if (g->host && cf_context_finish(g->ctx) != CF_OK) cf_log(1, "the gradient write-back failed (already said)");
+    free(g->buckets->b);
+  }
+  free(g->buckets);
   free(g->host);
+  g->buckets = NULL;
   g->host = NULL;
 }
 
+static void CL_CALLBACK last_read_done(cl_event ev, cl_int status, void *user) {
+  (void)ev;
+  (void)status;
+  atomic_store(&((struct cf_grad_buckets *)user)->done_at, cf_now());
+}
+
+/* cf_model_on_grads_ready's hook: the range joins the open one; once that is gb->min floats or
+ * reaches the start, a non-blocking read brings it to the host (the first with the step loss). */
+static cf_status grads_ready(void *user, const cf_grads_ready *r) {
+  cf_grad_sync *g = user;
+  struct cf_grad_buckets *gb = g->buckets;
+  if (gb->open_to == SIZE_MAX) gb->open_to = r->to;
+  if (gb->open_to - r->from < gb->min && r->from > 0) return CF_OK;
+  if (gb->n == gb->cap) return CF_FAIL(CF_ERR_INVALID_ARG, "more gradient ranges than the model has stages");
+  struct grad_bucket *b = &gb->b[gb->n];
+  if (gb->n == 0)
+    CF_CHECK(clEnqueueReadBuffer(gb->queue, r->step_loss.buf, CL_FALSE, r->step_loss.off * 4, 4, &g->host[g->floats - 1],
+                                 0, NULL, NULL));
+  CF_CHECK(clEnqueueReadBuffer(gb->queue, r->grads, CL_FALSE, r->from * 4, (gb->open_to - r->from) * 4,
+                               g->host + r->from, 0, NULL, &b->read));
+  b->from = r->from;
+  b->to = gb->open_to;
+  gb->n++;
+  gb->open_to = SIZE_MAX;
+  gb->loss = r->step_loss;
+  gb->grads = r->grads;
+  if (r->from == 0) CF_CHECK(clSetEventCallback(b->read, CL_COMPLETE, last_read_done, gb));
+  CF_CHECK(clFlush(gb->queue));  /* the device gets the read now, not at the next wait */
+  return CF_OK;
+}
+
 /* Every rank's gradients summed (each already scaled to its share of the step: cf_model_set_shard)
- * and its loss averaged, through the host in one fixed-order all-reduce; the device's gradients
- * and step loss replaced by the world's, the same bits on every rank. */
-static cf_status sync_grads(cf_model *m, cf_grad_sync *g) {
-  CF_TRY(cf_context_finish(g->ctx));  /* the backward done: sync_s counts the exchange alone */
-  double t0 = cf_now();
-  size_t n = g->floats - 1;
-  CF_TRY(cf_model_read(m, 1, g->host));
-  CF_TRY(cf_model_read_step_loss(m, &g->host[n]));
-  CF_TRY(cf_dist_allreduce_sum(g->host, g->floats, CF_DIST_BUCKET_FLOATS, &g->wait_s));
-  CF_TRY(cf_model_write(m, 1, g->host));
-  CF_TRY(cf_model_write_step_loss(m, g->host[n] * (1.0f / (float)cf_dist_world()->size)));
-  g->sync_s += cf_now() - t0;
+ * and its loss averaged, bucket by bucket as the backward brought them to the host, in one fixed
+ * order (cf_dist_allreduce_sum: per element, rank 0's + rank 1's + ...); each sum written back
+ * behind the backward. The device's gradients and step loss become the world's, the same bits on
+ * every rank. sync_s counts what the step waits for after its backward on the device. */
+static cf_status sync_grads(cf_grad_sync *g) {
+  struct cf_grad_buckets *gb = g->buckets;
+  if (gb->n == 0 || gb->b[gb->n - 1].from != 0 || gb->b[0].to != g->floats - 1)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "the backward told %s of the gradients final", gb->n ? "part" : "none");
+  double seen = 0;
+  for (int i = 0; i < gb->n; i++) {
+    struct grad_bucket *b = &gb->b[i];
+    CF_CHECK(clWaitForEvents(1, &b->read));
+    seen = cf_now();
+    size_t len = b->to - b->from + (i == 0);  /* the loss, after the first bucket's gradients */
+    CF_TRY(cf_dist_allreduce_sum(g->host + b->from, len, CF_DIST_BUCKET_FLOATS, &g->wait_s));
+    CF_CHECK(clEnqueueWriteBuffer(gb->queue, gb->grads, CL_FALSE, b->from * 4, (b->to - b->from) * 4, g->host + b->from,
+                                  0, NULL, NULL));
+  }
+  float *loss = &g->host[g->floats - 1];
+  *loss *= 1.0f / (float)cf_dist_world()->size;
+  CF_CHECK(clEnqueueWriteBuffer(gb->queue, gb->loss.buf, CL_FALSE, gb->loss.off * 4, 4, loss, 0, NULL, NULL));
+  CF_TRY(cf_context_finish(g->ctx));  /* the writes done: host may be refilled by the next step's reads */
+  double done = atomic_load(&gb->done_at);
+  g->sync_s += cf_now() - (done > 0 && done < seen ? done : seen);
   return CF_OK;
 }
 
 cf_status cf_train_step_shared(cf_model *m, const int *inputs, const int *targets, int parts, int step, float lr,
                                cf_mem loss_acc, cf_grad_sync *sync) {
   size_t n = (size_t)cf_model_batch(m) * (size_t)cf_model_seq_len(m);
-  CF_TRY(cf_model_zero_grads(m));
-  for (int k = 0; k < parts; k++) {
-    CF_TRY(cf_model_forward_part(m, inputs + k * n, targets + k * n, (uint32_t)step, k, parts, 1));
-    CF_TRY(cf_model_backward_add(m));
+  int shared = sync && sync->host;
+  cf_status st = cf_model_zero_grads(m);
+  if (shared) {
+    sync->buckets->open_to = SIZE_MAX;
+    atomic_store(&sync->buckets->done_at, 0.0);
+    cf_model_on_grads_ready(m, grads_ready, sync);  /* in the last part's backward */
   }
-  if (sync && sync->host) CF_TRY(sync_grads(m, sync));
+  for (int k = 0; k < parts && st == CF_OK; k++) {
+    st = cf_model_forward_part(m, inputs + k * n, targets + k * n, (uint32_t)step, k, parts, 1);
+    if (st == CF_OK) st = cf_model_backward_add(m);
+  }
+  if (shared) {
+    cf_model_on_grads_ready(m, NULL, NULL);
+    if (st == CF_OK) st = sync_grads(sync);
+    release_buckets(sync->buckets);
+  }
+  CF_TRY(st);
   CF_TRY(cf_model_global_grad_norm(m));
   CF_TRY(cf_model_watch(m, step, (float)cf_train_loss_limit(cf_model_vocab(m))));
   CF_TRY(cf_model_update(m, lr, step));

@@ -7,6 +7,8 @@
 #  - 3 ranks (oversubscribed) == 1 rank x accumulate 3, bit for bit: with 3 addends the order of a float sum
 #    shows ((a + b) + c is not a + (b + c)), so this checks the all-reduce adds in rank order 0, 1, 2 as
 #    accumulation adds micro-batches 0, 1, 2 (with 2, a + b == b + a hides any order);
+#    with CLFORMER_GRAD_BUCKET=1, a bucket per range the backward finishes (the tiny model's 2 layers
+#    would otherwise make one), so a range read before its gradients are final shows too;
 #  - 2 ranks x batch 4 == 1 rank x batch 8, dropout on (0.1 everywhere), SGD: the same masks again, and
 #    the gradients are the same sums in another order (rank 0's half + rank 1's half vs one GEMM over
 #    all 8 rows), float32 rounding: losses and gradient norms to 2e-5 relative (metrics.csv's 6
@@ -52,7 +54,7 @@ weights() {  # A B TOL: every tensor within TOL of its largest value
 }
 same a2 w2 1e-6 && weights a2 w2 1e-6 && ok "dropout on: 2 ranks x 4 == 1 rank x 4 x accumulate 2 (losses, norms, weights)" \
   || bad "2 ranks vs accumulate 2 differ"
-timeout 300 mpirun --oversubscribe -np 3 "$bin" train tiny.yaml --set train.out=w3 --set train.log_every=1 --quiet
+CLFORMER_GRAD_BUCKET=1 timeout 300 mpirun --oversubscribe -np 3 "$bin" train tiny.yaml --set train.out=w3 --set train.log_every=1 --quiet
 "$bin" train tiny.yaml --set train.out=a3 --set train.accumulate=3 --set train.log_every=1 --quiet
 same a3 w3 0 && weights a3 w3 0 && ok "3 ranks == 1 rank x accumulate 3, bit for bit: the sums in a fixed order" \
   || bad "3 ranks vs accumulate 3 differ"
