@@ -57,7 +57,7 @@
  *   world                  (step under mpirun, in place of step: bench/bench_world.c) {"ranks", "tokens_per_rank"
  *                           (each rank's batch_size * seq_len), "warmup", "steps", "alone": {"step_ms", "tokens_per_s"}
  *                           (rank 0 alone, the others idle), "per_rank": [{"rank", "host_device", "step_ms",
- *                           "tokens_per_s", "exchange_ms" (median per step: gradients to the host, all-reduce, back),
+ *                           "tokens_per_s", "exchange_ms" (median per step: what the step waits after its backward for the overlapped exchange),
  *                           "mpi_ms" (of which inside MPI, waiting for the other ranks included)}], "tokens_per_s"
  *                           (ranks * tokens_per_rank / the slowest rank's median step), "efficiency" (tokens_per_s /
  *                           (ranks * alone's))}
