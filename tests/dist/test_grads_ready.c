@@ -33,11 +33,8 @@ static void variant(cf_context *ctx, int norm, int tie, int final_norm, int part
   c.model.final_norm = final_norm;
   c.model.positions = CF_POS_LEARNED;
   c.model.dropout = 0.1;
-  test_validate(&c);
   int B = 2, T = 6, N = B * T;
-  cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
-  TEST_OK(cf_model_init(m, 3));
+  cf_model *m = test_model(ctx, &c, B, T, 3);
   size_t P = cf_model_flat_floats(m);
   seen s = {ctx, test_falloc(P), P, P, 0, 0, 0};
   for (size_t i = 0; i < P; i++) s.snap[i] = NAN;

@@ -144,3 +144,11 @@ void test_validate(cf_config *c) {
   fprintf(stderr, "FAIL the test's config: %s\n", cf_last_error());
   exit(1);
 }
+
+cf_model *test_model(cf_context *ctx, cf_config *c, int B, int T, uint64_t seed) {
+  test_validate(c);
+  cf_model *m;
+  TEST_OK(cf_model_create(ctx, &c->model, &c->optim, c->seed, B, T, &m));
+  TEST_OK(cf_model_init(m, seed));
+  return m;
+}

@@ -17,6 +17,9 @@ cf_context *test_context(void);
  * own batches); set what else the test needs, then validate with test_validate. */
 void test_model_config(cf_config *c, int layers, int d_model, int heads, int d_ff);
 void test_validate(cf_config *c);  /* exits 1 on a config the validator refuses */
+/* The model of config c (validated first) for batches of B sequences of T tokens, created with c->seed
+ * and its weights initialised from `seed`; exits 1 on any failure. */
+cf_model *test_model(cf_context *ctx, cf_config *c, int B, int T, uint64_t seed);
 
 /* Deterministic generator (splitmix64) so every run sees the same "fresh" inputs per seed. */
 typedef struct { unsigned long long s; } test_rng;

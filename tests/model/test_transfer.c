@@ -23,11 +23,7 @@ static cf_model *model(cf_context *ctx, cf_optimizer opt, double momentum) {
   c.model.dropout = 0.1;
   c.optim.name = opt;
   c.optim.momentum = momentum;
-  test_validate(&c);
-  cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
-  TEST_OK(cf_model_init(m, 3));
-  return m;
+  return test_model(ctx, &c, B, T, 3);
 }
 
 /* STEPS steps of PARTS micro-batches, all enqueued before one wait; the way set per step by

@@ -13,11 +13,7 @@ static cf_model *tiny_model(cf_context *ctx, int tie) {
   cf_config c;
   test_model_config(&c, 2, 16, 2, 24);
   c.model.tie_embeddings = tie;
-  test_validate(&c);
-  cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, B, T, &m));
-  TEST_OK(cf_model_init(m, 3));
-  return m;
+  return test_model(ctx, &c, B, T, 3);
 }
 
 /* Element k of the named tensor's gradient set to v (the rest as backward left them). */

@@ -26,11 +26,7 @@ static cf_model *model_with(cf_context *ctx, int batch, double dropout, cf_optim
   c.optim.lr = 3e-3;
   c.optim.clip_norm = 1.0;  /* the clipping reads the accumulated gradient's norm */
   c.optim.name = opt;
-  test_validate(&c);
-  cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, batch, T, &m));
-  TEST_OK(cf_model_init(m, 11));
-  return m;
+  return test_model(ctx, &c, batch, T, 11);
 }
 
 static cf_model *model(cf_context *ctx, int batch, double dropout) { return model_with(ctx, batch, dropout, CF_OPTIM_ADAM); }
@@ -170,10 +166,7 @@ static void masks_fit_32_bits(cf_context *ctx) {
     cf_config c;
     test_model_config(&c, 1, 16, 2, 32);
     c.model.attn_dropout = k ? 0.1 : 0.0;
-    test_validate(&c);
-    cf_model *m;
-    TEST_OK(cf_model_create(ctx, &c.model, &c.optim, c.seed, 1, 256, &m));
-    TEST_OK(cf_model_init(m, 1));
+    cf_model *m = test_model(ctx, &c, 1, 256, 1);
     int in[256] = {0};
     TEST_OK(cf_model_set_shard(m, 8191, 8192));  /* 8192 x 131072 = 2^30 elements: fits */
     TEST_OK(cf_model_forward_part(m, in, in, 1, 0, 1, 1));
