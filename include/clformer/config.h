@@ -17,22 +17,29 @@ typedef enum cf_decay { CF_DECAY_INVERSE_SQRT, CF_DECAY_LINEAR, CF_DECAY_COSINE,
 typedef enum cf_optimizer { CF_OPTIM_ADAM, CF_OPTIM_ADAMW, CF_OPTIM_SGD } cf_optimizer;
 typedef enum cf_positions { CF_POS_SINUSOIDAL, CF_POS_LEARNED } cf_positions;
 typedef enum cf_final_norm { CF_FINAL_NORM_AUTO, CF_FINAL_NORM_OFF, CF_FINAL_NORM_ON } cf_final_norm;
-typedef enum cf_tokenizer { CF_TOKENIZER_BYTE } cf_tokenizer;
-/* model.attention: fused kernels (cf_attention_fused_*) or the T x T scores through batched GEMMs. */
-typedef enum cf_attention_impl { CF_ATTENTION_FUSED, CF_ATTENTION_MATERIALIZED } cf_attention_impl;
+/* data.tokenizer: bytes (V = 256), or byte-pair encoding learned from the training text (V =
+ * data.vocab_size, src/data/bpe*.c). */
+typedef enum cf_tokenizer { CF_TOKENIZER_BYTE, CF_TOKENIZER_BPE } cf_tokenizer;
+/* model.arch: the decoder-only language model, or the encoder-decoder translation model (Vaswani
+ * et al.; the paper's IWSLT experiment) over data.source_lang -> data.target_lang pairs. */
+typedef enum cf_arch { CF_ARCH_DECODER, CF_ARCH_ENCODER_DECODER } cf_arch;
+/* model.attention: fused kernels (cf_attention_fused_*) or the T x T scores through batched GEMMs;
+ * auto (resolved by validation): materialized for the decoder-only model, fused for the
+ * encoder-decoder (whose padding and cross-attention only the fused kernels do). */
+typedef enum cf_attention_impl { CF_ATTENTION_FUSED, CF_ATTENTION_MATERIALIZED, CF_ATTENTION_AUTO } cf_attention_impl;
 /* model.init: Xavier-uniform for every matrix, or fairseq's normal(0, d_model^-1/2) for the token
  * (and learned position) embeddings and the output projection, Xavier for the rest. */
 typedef enum cf_weight_init { CF_WEIGHT_INIT_XAVIER, CF_WEIGHT_INIT_FAIRSEQ } cf_weight_init;
 /* The byte tokenizer's vocabulary: every byte value is a token. */
 #define CF_BYTE_VOCAB 256
-/* The vocabulary size of a tokenizer (what the model's embedding and output layer are sized by). */
-int cf_tokenizer_vocab(cf_tokenizer t);
 
 /* The model's shape and regularisation: all cf_model_create needs besides the optimizer's. */
 typedef struct cf_model_config {
-  int vocab;                  /* from data.tokenizer (cf_tokenizer_vocab), not a key of its own */
+  int vocab;                  /* from data.tokenizer (cf_config_vocab), not a key of its own */
+  cf_arch arch;
   cf_norm_placement norm;
   int layers, d_model, heads, d_ff;
+  int encoder_layers;         /* encoder_decoder: encoder blocks (validation resolves 0: as many as layers) */
   cf_activation activation;
   double dropout, attn_dropout, ln_eps, label_smoothing;
   cf_final_norm final_norm;   /* validation resolves AUTO (on for pre, off for post) */
@@ -53,8 +60,12 @@ typedef struct cf_config {
   struct {
     char train[1024], valid[1024];
     double valid_fraction;
-    cf_tokenizer tokenizer;     /* the byte tokenizer (the only one so far) */
+    cf_tokenizer tokenizer;
+    int vocab_size;             /* bpe: special ids, bytes and merges */
+    char source_lang[16], target_lang[16];  /* encoder_decoder: file suffixes of the two sides */
+    char test[1024];            /* encoder_decoder: the test files' prefix (BLEU) */
     int seq_len, batch_size;
+    int max_tokens, max_len;    /* encoder_decoder: tokens a side per batch, longest sentence */
   } data;
   cf_model_config model;
   cf_optim_config optim;
@@ -72,6 +83,10 @@ typedef struct cf_config {
   char source[1024];
   struct { int line, col; } where[64];
 } cf_config;
+
+/* The vocabulary size of a config's tokenizer (what the model's embedding and output layer are
+ * sized by): 256 for bytes, data.vocab_size for BPE. */
+int cf_config_vocab(const cf_config *c);
 
 /* The defaults (the README documents them). */
 void cf_config_defaults(cf_config *c);

@@ -31,7 +31,8 @@ enum { CF_SPLIT_TRAIN = 0, CF_SPLIT_VALID = 1 };
 cf_status cf_data_open(cf_data *d, const cf_config *c);
 void cf_data_close(cf_data *d);
 /* Whether cf_data_open would accept c's data (opened, then closed): what `clformer check` and the
- * experiments' checks call, so they refuse exactly what training refuses. */
+ * experiments' checks call, so they refuse exactly what training refuses (an encoder-decoder's
+ * pairs: cf_translation_check). */
 cf_status cf_data_check(const cf_config *c);
 
 /* Batch number `index` of a split: B windows of T+1 consecutive bytes at offsets drawn from
@@ -140,5 +141,39 @@ typedef struct cf_pair_batch {
 /* Batch k of epoch e into b: start from a zeroed b; its arrays are reused and grown as needed. */
 cf_status cf_pairs_batch(const cf_pairs *p, const cf_pair_epoch *e, size_t k, cf_pair_batch *b);
 void cf_pair_batch_free(cf_pair_batch *b);
+
+/* ---- Translation data (model.arch encoder_decoder, src/data/translation.c): the subword
+ * vocabulary and the training and validation pairs of a config, batched for each step ---- */
+typedef struct cf_translation {
+  cf_bpe *bpe;
+  cf_pairs *train, *valid;      /* valid: NULL when data.valid is empty */
+  int max_tokens;
+  uint64_t seed;
+  cf_pair_epoch epoch;          /* the training epoch in hand ... */
+  uint64_t epoch_index;         /* ... and its number (UINT64_MAX: lost to an error) */
+  cf_pair_epoch valid_batches;  /* the validation pairs in one fixed order (epoch 0 of seed 0) */
+  size_t train_tokens;          /* the training pairs' target tokens, eos included */
+  int learned;                  /* the BPE was learned (and saved) by this open, not loaded */
+} cf_translation;
+
+/* The files PREFIX.SOURCE_LANG and PREFIX.TARGET_LANG of data.train (and of data.valid when set),
+ * a sentence a line, through the BPE of merges_path: loaded when that file exists (a resumed run,
+ * a translation), else learned from both training files to data.vocab_size and saved there. Pairs
+ * longer than data.max_len are left out (counted in cf_pairs_left_out). A learned vocabulary
+ * smaller than data.vocab_size is fine (the model's extra ids go unused); one larger is refused. */
+cf_status cf_translation_open(cf_translation *t, const cf_config *c, const char *merges_path);
+void cf_translation_close(cf_translation *t);  /* a zeroed one too */
+/* What cf_data_check does for an encoder-decoder: each split's two files (train, valid, and test
+ * when set) are regular files of as many lines; CF_ERR_DATA naming the key and file else. */
+cf_status cf_translation_check(const cf_config *c);
+/* The training batch of optimizer step `step` (from 1): batch (step - 1) mod n of epoch
+ * (step - 1) / n, n the batches of an epoch, so a step names its batch alone (exact resume).
+ * *epoch (may be NULL): its epoch, from 0. */
+cf_status cf_translation_train_batch(cf_translation *t, int step, cf_pair_batch *b, int *epoch);
+size_t cf_translation_epoch_batches(const cf_translation *t);  /* training batches an epoch */
+size_t cf_translation_valid_count(const cf_translation *t);    /* validation batches (0: none) */
+cf_status cf_translation_valid_batch(cf_translation *t, size_t k, cf_pair_batch *b);
+/* The files of a split: PREFIX.LANG into path (n bytes); CF_ERR_CONFIG when it does not fit. */
+cf_status cf_translation_path(const char *prefix, const char *lang, char *path, size_t n);
 
 #endif

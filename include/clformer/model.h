@@ -1,6 +1,7 @@
-/* The decoder-only causal Transformer language model, Post-LN or Pre-LN (Xiong et al. 2020,
- * Figure 1). Parameters, gradients and Adam's moments each live in one contiguous device buffer
- * described by a table of named views; activations are sized once for (B, T). */
+/* The Transformer, Post-LN or Pre-LN (Xiong et al. 2020, Figure 1): the decoder-only causal
+ * language model, or the encoder-decoder translation model. Parameters, gradients and Adam's
+ * moments each live in one contiguous device buffer described by a table of named views;
+ * activations are sized once for (B, T). */
 #ifndef CLFORMER_MODEL_H
 #define CLFORMER_MODEL_H
 
@@ -59,6 +60,11 @@ void cf_model_plan_write(const cf_memory_plan *plan, const char *prefix, FILE *f
 /* CF_OK when the plan fits its device; else CF_ERR_CONFIG (reported) with the plan, the largest
  * batch that fits and what to change: the refusal cf_model_create, train and check give. */
 cf_status cf_model_fits(const cf_memory_plan *plan);
+
+/* The (B, T) cf_model_create and cf_model_plan take for config c: data.batch_size x data.seq_len,
+ * or for an encoder-decoder ceil(data.max_tokens / data.max_len) x data.max_len (the tokens of a
+ * side a batch holds, the longest sentence). */
+void cf_model_shape(const cf_config *c, int *B, int *T);
 
 /* Lay out and allocate everything for batches of B sequences of T tokens: the model mc describes
  * (validated: final_norm resolved) with the state optimizer oc needs; seed keys the dropout masks.
@@ -172,6 +178,28 @@ cf_status cf_model_unmap(cf_model *m, int which, const float *host);
 /* Wall-clock seconds the host has spent uploading token ids and targets (copying into host slots
  * or filling mapped buffers, enqueueing, and waiting for a slot to come free). */
 double cf_model_upload_seconds(const cf_model *m);
+
+/* ---- The encoder-decoder (model.arch encoder_decoder, src/model/seq2seq.c) ----
+ * cf_model_create lays it out for batches of at most B x T tokens a side (data.max_tokens), each
+ * sequence at most T tokens (data.max_len): any number of sentences up to that. Ids 0, 1, 2 are
+ * pad, bos and eos (the BPE's). */
+typedef struct cf_pair_input {
+  int B, S, T;          /* sentence pairs, source and target lengths (padded) */
+  const int *src;       /* (B, S) source ids, eos, then pad */
+  const int *src_len;   /* (B) source tokens (eos included): the keys the padding mask lets through */
+  const int *tgt_in;    /* (B, T) bos, target ids, then pad: the decoder's input */
+  const int *tgt_out;   /* (B, T) target ids, eos, then pad (no loss); NULL: no loss */
+} cf_pair_input;
+/* cf_model_forward_part for an encoder-decoder: the loss is the mean over target tokens that are
+ * not pad. Backward, the optimizer step, accumulation and the watch as for the language model. */
+cf_status cf_model_forward_pairs(cf_model *m, const cf_pair_input *in, uint32_t step, int part, int parts, int train);
+/* Decoding: encode B source rows (no dropout; for a beam of k over n sentences, each repeated k
+ * times), kept until the next encode or forward. */
+cf_status cf_model_encode(cf_model *m, const int *src, const int *src_len, int B, int S);
+/* The next token's log-probabilities (B, V) after each of the B prefixes (B, len) of ids (bos
+ * first), prefix row i attending to encoded row i: the decoder run over the prefixes, the output
+ * projection of their last positions only. */
+cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs);
 
 /* How cf_model_sample_next picks a byte. */
 typedef struct cf_sample_options {

@@ -113,6 +113,8 @@ typedef struct cf_train_event {
   const cf_memory_plan *plan;                    /* the model's, against the device */
   size_t train_bytes, valid_bytes;
   double unigram_entropy;
+  size_t train_pairs, valid_pairs, left_out;     /* encoder-decoder: pairs, and training pairs over data.max_len */
+  int epoch_steps;                               /* encoder-decoder: steps (batches) an epoch */
   const cf_config *cfg;
   const char *device_name;
 } cf_train_event;
@@ -188,5 +190,15 @@ double cf_train_loss_limit(int vocab);
 
 /* Mean validation loss over the config's fixed validation batches. */
 cf_status cf_evaluate(cf_model *m, const cf_data *d, const cf_config *cfg, double *loss);
+
+/* ---- The encoder-decoder ---- */
+/* Its run directory's subword vocabulary (cf_bpe_save's file), beside the checkpoint. */
+#define CF_TRAIN_MERGES_FILE "bpe.merges"
+/* A batch of pairs as the model takes it. */
+cf_pair_input cf_pair_input_of(const cf_pair_batch *b);
+/* cf_train_step on a batch of pairs (one process, no accumulation). */
+cf_status cf_train_step_pairs(cf_model *m, const cf_pair_input *in, int step, float lr, cf_mem loss_acc);
+/* The validation loss: the mean over every target token of the validation pairs. */
+cf_status cf_evaluate_pairs(cf_model *m, cf_translation *t, double *loss);
 
 #endif

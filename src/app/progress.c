@@ -47,6 +47,9 @@ static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
 
 static void print_started(const cf_train_event *e, const char *label, const char *sep) {
   const cf_config *cfg = e->cfg;
+  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
+    printf("%s%sencoder-decoder: %d encoder and %d decoder blocks, vocabulary %d (BPE)\n", label, sep,
+           cfg->model.encoder_layers, cfg->model.layers, cfg->model.vocab);
   printf("%s%s%s-LN, %d layers, d_model %d, %d heads, d_ff %d: %.2fM parameters, %.1f MiB of device memory on %s\n",
          label, sep, cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers, cfg->model.d_model,
          cfg->model.heads, cfg->model.d_ff, e->params / 1e6, e->device_bytes / 1048576.0, e->device_name);
@@ -59,9 +62,14 @@ static void print_started(const cf_train_event *e, const char *label, const char
          "a micro-batch of %d x %d, workspaces %.1f)%s\n", label, sep, mib(p->total), mib(p->global_mem),
          mib(p->parameters), mib(p->gradients), mib(p->optimizer), mib(p->activations), p->batch, p->seq_len,
          mib(p->workspace), acc);
-  printf("%s%sdata: %zu training and %zu validation bytes, unigram entropy %.3f nats/byte; %s step %d of %d\n", label,
-         sep, e->train_bytes, e->valid_bytes, e->unigram_entropy, e->resumed ? "resuming after" : "starting at", e->step,
-         e->steps);
+  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
+    printf("%s%sdata: %zu training pairs (%zu over data.max_len left out) in %d batches an epoch, %zu validation "
+           "pairs; %s step %d of %d\n", label, sep, e->train_pairs, e->left_out, e->epoch_steps, e->valid_pairs,
+           e->resumed ? "resuming after" : "starting at", e->step, e->steps);
+  else
+    printf("%s%sdata: %zu training and %zu validation bytes, unigram entropy %.3f nats/byte; %s step %d of %d\n",
+           label, sep, e->train_bytes, e->valid_bytes, e->unigram_entropy, e->resumed ? "resuming after" : "starting at",
+           e->step, e->steps);
 }
 
 static void print_row(const cf_train_event *e, const char *label, const char *sep, int tty) {

@@ -37,18 +37,26 @@ static const key_spec keys[] = {
   {"data.train", K_STRING, STR(data.train), 0, 0, 0, NULL, "", "training text (UTF-8 or any bytes); relative paths are relative to the config file (required)"},
   {"data.valid", K_STRING, STR(data.valid), 0, 0, 0, NULL, "", "validation text; empty: the last valid_fraction of data.train"},
   {"data.valid_fraction", K_DOUBLE, OFF(data.valid_fraction), 0, 0, 0.5, MIN_EXCL, NULL, "0.05", "share of data.train held out for validation when data.valid is empty"},
-  {"data.tokenizer", K_ENUM, ENUM_OFF(data.tokenizer), 0, 0, 0, 0, "byte", "byte", "tokenizer: byte (V = 256)"},
+  {"data.test", K_STRING, STR(data.test), 0, 0, 0, NULL, "", "encoder_decoder: the test sentences' prefix (BLEU); like data.train"},
+  {"data.source_lang", K_STRING, STR(data.source_lang), 0, 0, 0, NULL, "", "encoder_decoder: the source side's file suffix: data.train is a prefix, PREFIX.SOURCE_LANG and PREFIX.TARGET_LANG two aligned files of a sentence a line (so are data.valid and data.test)"},
+  {"data.target_lang", K_STRING, STR(data.target_lang), 0, 0, 0, NULL, "", "encoder_decoder: the target side's file suffix"},
+  {"data.tokenizer", K_ENUM, ENUM_OFF(data.tokenizer), 0, 0, 0, 0, "byte|bpe", "byte", "tokenizer: byte (V = 256) or bpe (byte-pair encoding learned from the training text, V = data.vocab_size)"},
+  {"data.vocab_size", K_INT, OFF(data.vocab_size), 0, 260, 1 << 20, 0, NULL, "8000", "bpe: vocabulary size (3 special ids, 256 bytes, then merges), shared by both languages"},
+  {"data.max_tokens", K_INT, OFF(data.max_tokens), 0, 1, 1 << 20, 0, NULL, "4096", "encoder_decoder: tokens a side per batch, padding included (batches of similar-length pairs)"},
+  {"data.max_len", K_INT, OFF(data.max_len), 0, 2, 65536, 0, NULL, "128", "encoder_decoder: longest sentence in tokens (eos included); longer pairs are left out"},
   {"data.seq_len", K_INT, OFF(data.seq_len), 0, 1, 65536, 0, NULL, "64", "tokens per sequence (T)"},
   {"data.batch_size", K_INT, OFF(data.batch_size), 0, 1, 65536, 0, NULL, "16", "sequences per batch (B); with train.accumulate, per micro-batch"},
+  {"model.arch", K_ENUM, ENUM_OFF(model.arch), 0, 0, 0, 0, "decoder|encoder_decoder", "decoder", "decoder (the byte-level language model) or encoder_decoder (translation)"},
   {"model.norm", K_ENUM, ENUM_OFF(model.norm), 0, 0, 0, 0, "post|pre", "pre", "layer-norm placement: post (x = LN(x + F(x))) or pre (x = x + F(LN(x)))"},
   {"model.layers", K_INT, OFF(model.layers), 0, 1, 1000, 0, NULL, "6", "number of Transformer blocks (L)"},
+  {"model.encoder_layers", K_INT, OFF(model.encoder_layers), 0, 0, 1000, 0, NULL, "0", "encoder_decoder: encoder blocks (model.layers: decoder blocks); 0 = as many as model.layers"},
   {"model.d_model", K_INT, OFF(model.d_model), 0, 1, 65536, 0, NULL, "256", "model width (C)"},
   {"model.heads", K_INT, OFF(model.heads), 0, 1, 4096, 0, NULL, "4", "attention heads (NH); must divide d_model"},
   {"model.d_ff", K_INT, OFF(model.d_ff), 0, 1, 1 << 20, 0, NULL, "1024", "feed-forward width"},
   {"model.activation", K_ENUM, ENUM_OFF(model.activation), 0, 0, 0, 0, "relu|gelu|gelu_erf", "relu", "feed-forward activation: relu (the paper), gelu (tanh approximation) or gelu_erf"},
   {"model.dropout", K_DOUBLE, OFF(model.dropout), 0, 0, 1, MAX_EXCL, NULL, "0", "dropout on residual branches and FFN activations, in [0, 1)"},
   {"model.attn_dropout", K_DOUBLE, OFF(model.attn_dropout), 0, 0, 1, MAX_EXCL, NULL, "0", "dropout on attention probabilities, in [0, 1)"},
-  {"model.attention", K_ENUM, ENUM_OFF(model.attention), 0, 0, 0, 0, "fused|materialized", "materialized", "attention kernels: materialized (the T x T scores through batched GEMMs) or fused (tiled, online softmax: memory linear in seq_len)"},
+  {"model.attention", K_ENUM, ENUM_OFF(model.attention), 0, 0, 0, 0, "fused|materialized|auto", "auto", "attention kernels: materialized (the T x T scores through batched GEMMs), fused (tiled, online softmax: memory linear in seq_len; needed by encoder_decoder) or auto (fused for encoder_decoder, else materialized)"},
   {"model.final_norm", K_ENUM, ENUM_OFF(model.final_norm), 0, 0, 0, 0, "auto|false|true", "auto", "LN before the output projection: auto = on for pre, off for post"},
   {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, 0, 0, NULL, "false", "output projection shares the token embedding"},
   {"model.positions", K_ENUM, ENUM_OFF(model.positions), 0, 0, 0, 0, "sinusoidal|learned", "sinusoidal", "absolute position encoding"},
@@ -272,12 +280,14 @@ cf_status cf_config_set_key(cf_config *c, const char *key, const char *value, co
   return set_value_at(c, k, value, where, -1, 0);
 }
 
-int cf_tokenizer_vocab(cf_tokenizer t) { return t == CF_TOKENIZER_BYTE ? CF_BYTE_VOCAB : 0; }
+int cf_config_vocab(const cf_config *c) {
+  return c->data.tokenizer == CF_TOKENIZER_BPE ? c->data.vocab_size : CF_BYTE_VOCAB;
+}
 
 void cf_config_defaults(cf_config *c) {
   memset(c, 0, sizeof *c);
   for (size_t i = 0; i < NKEYS; i++) set_value(c, &keys[i], keys[i].def, "default");
-  c->model.vocab = cf_tokenizer_vocab(c->data.tokenizer);
+  c->model.vocab = cf_config_vocab(c);
 }
 
 static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin);
@@ -458,6 +468,7 @@ cf_status cf_config_resolve_paths(cf_config *c, const char *path) {
   const char *slash = strrchr(path, '/'), *dir = slash ? path : NULL;  /* no slash: the working directory */
   int dirlen = slash ? (int)(slash - path) : 0;
   CF_TRY(absolute_data_path(c->data.train, sizeof c->data.train, dir, dirlen, path));
+  CF_TRY(absolute_data_path(c->data.test, sizeof c->data.test, dir, dirlen, path));
   return absolute_data_path(c->data.valid, sizeof c->data.valid, dir, dirlen, path);
 }
 
@@ -475,16 +486,54 @@ const char *cf_config_key_where(const cf_config *c, const char *key, char *buf, 
   return key_where(c, key, buf, n);
 }
 
+/* The keys model.arch ties together: the encoder-decoder reads pairs of files through BPE with the
+ * fused attention kernels; the language model reads bytes. Resolves attention auto and
+ * encoder_layers 0. */
+static cf_status validate_arch(cf_config *c) {
+  char w[1200];
+  if (c->model.arch == CF_ARCH_DECODER) {
+    if (c->data.tokenizer == CF_TOKENIZER_BPE)
+      return CF_FAIL(CF_ERR_CONFIG, "%s: bpe is for model.arch encoder_decoder (translation); the language model "
+                     "reads bytes", key_where(c, "data.tokenizer", w, sizeof w));
+    if (c->model.attention == CF_ATTENTION_AUTO) c->model.attention = CF_ATTENTION_MATERIALIZED;
+    return CF_OK;
+  }
+  if (c->data.tokenizer != CF_TOKENIZER_BPE)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: model.arch encoder_decoder needs data.tokenizer: bpe",
+                   key_where(c, "data.tokenizer", w, sizeof w));
+  if (!c->data.source_lang[0] || !c->data.target_lang[0])
+    return CF_FAIL(CF_ERR_CONFIG, "%s: model.arch encoder_decoder needs data.source_lang and data.target_lang (the "
+                   "suffixes of the two aligned files, e.g. es and en)",
+                   key_where(c, c->data.source_lang[0] ? "data.target_lang" : "data.source_lang", w, sizeof w));
+  if (c->model.attention == CF_ATTENTION_MATERIALIZED)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: model.arch encoder_decoder needs fused attention (padding masks and "
+                   "cross-attention): set fused or auto", key_where(c, "model.attention", w, sizeof w));
+  c->model.attention = CF_ATTENTION_FUSED;
+  if (!c->data.valid[0])
+    return CF_FAIL(CF_ERR_CONFIG, "%s: model.arch encoder_decoder needs validation files (their prefix, like "
+                   "data.train's)", key_where(c, "data.valid", w, sizeof w));
+  if (c->train.accumulate != 1)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: model.arch encoder_decoder does not accumulate micro-batches yet: raise "
+                   "data.max_tokens instead", key_where(c, "train.accumulate", w, sizeof w));
+  if (c->data.max_tokens < c->data.max_len)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: %d tokens cannot hold one sentence of data.max_len = %d",
+                   key_where(c, "data.max_tokens", w, sizeof w), c->data.max_tokens, c->data.max_len);
+  if (c->model.encoder_layers == 0) c->model.encoder_layers = c->model.layers;
+  return CF_OK;
+}
+
 cf_status cf_config_validate(cf_config *c) {
   char w[1200];
   if (!c->data.train[0])
     return CF_FAIL(CF_ERR_CONFIG, "%s%sdata.train: missing required value (the training text file)", c->source,
                    c->source[0] ? ": " : "");
   if (!c->train.out[0]) return CF_FAIL(CF_ERR_CONFIG, "%s: must name a directory", key_where(c, "train.out", w, sizeof w));
+  CF_TRY(validate_arch(c));
   /* every tensor's element count must fit the kernels' 32-bit indexing */
-  double N = (double)c->data.batch_size * c->data.seq_len, C = c->model.d_model;
-  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), (double)cf_tokenizer_vocab(c->data.tokenizer));
-  double att = (double)c->data.batch_size * c->model.heads * c->data.seq_len * c->data.seq_len;
+  int seq2seq = c->model.arch == CF_ARCH_ENCODER_DECODER;
+  double N = seq2seq ? (double)c->data.max_tokens : (double)c->data.batch_size * c->data.seq_len, C = c->model.d_model;
+  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), (double)cf_config_vocab(c));
+  double att = seq2seq ? 0 : (double)c->data.batch_size * c->model.heads * c->data.seq_len * c->data.seq_len;
   if (N * widest >= 2147483648.0 || att >= 2147483648.0 || 12.0 * C * C * c->model.layers >= 2147483648.0)
     return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
                    "tensor would exceed 2^31 elements", key_where(c, "data.batch_size", w, sizeof w), c->data.batch_size,
@@ -505,7 +554,7 @@ cf_status cf_config_validate(cf_config *c) {
                    c->schedule.min_lr, c->optim.lr);
   if (c->model.final_norm == CF_FINAL_NORM_AUTO)
     c->model.final_norm = c->model.norm == CF_NORM_PRE ? CF_FINAL_NORM_ON : CF_FINAL_NORM_OFF;
-  c->model.vocab = cf_tokenizer_vocab(c->data.tokenizer);
+  c->model.vocab = cf_config_vocab(c);
   return CF_OK;
 }
 

@@ -108,6 +108,7 @@ cf_status cf_data_open(cf_data *d, const cf_config *c) {
 }
 
 cf_status cf_data_check(const cf_config *c) {
+  if (c->model.arch == CF_ARCH_ENCODER_DECODER) return cf_translation_check(c);
   cf_data d;
   CF_TRY(cf_data_open(&d, c));
   cf_data_close(&d);

@@ -17,6 +17,8 @@ static size_t gemm_scratch_estimate(const cf_model *m) {
   cfg.model = m->mc;
   cfg.data.batch_size = m->B;
   cfg.data.seq_len = m->T;
+  cfg.data.max_tokens = m->B * m->T;  /* an encoder-decoder's rows (cf_model_shape) */
+  cfg.data.max_len = m->T;
   cf_gemm_shape sh[CF_GEMM_MAX_SHAPES];
   size_t most = 0;
   for (int i = 0, n = cf_model_gemm_shapes(&cfg, sh); i < n; i++) {
@@ -56,16 +58,18 @@ void cf_model_plan_of(const cf_model *m, const cf_device_info *dev, cf_memory_pl
   p->parameters = f.params;
   p->gradients = f.grads;
   p->optimizer = f.m1 + f.m2;
-  p->inputs = f.tokens + f.targets;
+  p->inputs = f.tokens + f.targets + f.sources + f.source_lens;
   p->activations = m->acts.total * 4;
   if (m->mc.attention == CF_ATTENTION_MATERIALIZED)  /* fused attention keeps no probabilities */
-    p->attention_probs = (size_t)m->L * cf_round_up((size_t)m->B * m->NH * m->T * m->T, 16) * 4;
+    p->attention_probs = (size_t)m->dec.L * cf_round_up((size_t)m->B * m->NH * m->T * m->T, 16) * 4;
   p->attention_workspace = m->scratch.seg[0].floats * 4;
   p->gemm_scratch = gemm_scratch_estimate(m);
   p->workspace = m->scratch.total * 4 + p->gemm_scratch;
-  const char *names[] = {"parameters", "gradients", "optimizer state", "optimizer state", "token ids", "targets"};
-  const size_t flat[] = {f.params, f.grads, f.m1, f.m2, f.tokens, f.targets};
-  for (int i = 0; i < 6; i++) consider(p, names[i], flat[i]);
+  const char *names[] = {"parameters", "gradients", "optimizer state", "optimizer state", "token ids", "targets",
+                         "source ids", "source lengths"};
+  const size_t flat[] = {f.params, f.grads, f.m1, f.m2, f.tokens, f.targets, f.sources, f.source_lens};
+  for (int i = 0; i < 8; i++)
+    if (flat[i]) consider(p, names[i], flat[i]);
   const cf_arena *arenas[] = {&m->acts, &m->scratch};
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < arenas[k]->n; i++) consider(p, arenas[k]->seg[i].name, arenas[k]->seg[i].floats * 4);

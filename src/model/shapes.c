@@ -4,17 +4,23 @@
 #include <stdio.h>
 #include "clformer/model.h"
 
+/* An encoder-decoder's step at its largest batch (data.max_tokens a side): the blocks' products in
+ * both stacks, the cross-attention's in the decoder's, the logits' once. */
 int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
-  size_t N = (size_t)cfg->data.batch_size * cfg->data.seq_len, C = (size_t)cfg->model.d_model;
-  size_t F = (size_t)cfg->model.d_ff, V = (size_t)cfg->model.vocab, T = (size_t)cfg->data.seq_len;
+  int B, Tlen;
+  cf_model_shape(cfg, &B, &Tlen);
+  size_t N = (size_t)B * Tlen, C = (size_t)cfg->model.d_model;
+  size_t F = (size_t)cfg->model.d_ff, V = (size_t)cfg->model.vocab, T = (size_t)Tlen;
   size_t NH = (size_t)(cfg->model.heads > 0 ? cfg->model.heads : 1), HS = C / NH;
-  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1;
-  size_t BNH = (size_t)cfg->data.batch_size * NH;
-  struct { const char *name; size_t out, in; } lin[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc1", F, C},
-                                                         {"fc2", C, F}, {"logits", V, C}};
+  int layers = cfg->model.layers > 0 ? cfg->model.layers : 1, seq2seq = cfg->model.arch == CF_ARCH_ENCODER_DECODER;
+  int blocks = layers + (seq2seq ? cfg->model.encoder_layers : 0);
+  size_t BNH = (size_t)B * NH;
+  struct { const char *name; size_t out, in; int per_step; } lin[] = {
+      {"qkv", 3 * C, C, blocks}, {"proj", C, C, blocks}, {"fc1", F, C, blocks}, {"fc2", C, F, blocks},
+      {"logits", V, C, 1},       {"cross q", C, C, layers}, {"cross kv", 2 * C, C, layers}, {"cross proj", C, C, layers}};
   int n = 0;
-  for (int i = 0; i < 5; i++) {
-    int per_step = i < 4 ? layers : 1;  /* the logits' projection once, the others in every block */
+  for (int i = 0; i < (seq2seq ? 8 : 5); i++) {
+    int per_step = lin[i].per_step;
     cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
     cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
     cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
@@ -42,4 +48,14 @@ double cf_model_gemm_flops(const cf_config *cfg) {
   for (int i = 0, n = cf_model_gemm_shapes(cfg, sh); i < n; i++)
     flops += 2.0 * (double)sh[i].M * (double)sh[i].N * (double)sh[i].K * (double)sh[i].batch * sh[i].per_step;
   return flops;
+}
+
+void cf_model_shape(const cf_config *c, int *B, int *T) {
+  if (c->model.arch != CF_ARCH_ENCODER_DECODER) {
+    *B = c->data.batch_size;
+    *T = c->data.seq_len;
+    return;
+  }
+  *T = c->data.max_len;
+  *B = (c->data.max_tokens + c->data.max_len - 1) / c->data.max_len;
 }

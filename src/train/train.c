@@ -212,6 +212,47 @@ cf_status cf_train_step_shared(cf_model *m, const int *inputs, const int *target
   return cf_model_add_loss(m, loss_acc);
 }
 
+cf_status cf_train_step_pairs(cf_model *m, const cf_pair_input *in, int step, float lr, cf_mem loss_acc) {
+  CF_TRY(cf_model_forward_pairs(m, in, (uint32_t)step, 0, 1, 1));
+  CF_TRY(cf_model_backward(m));
+  CF_TRY(cf_model_global_grad_norm(m));
+  CF_TRY(cf_model_watch(m, step, (float)cf_train_loss_limit(cf_model_vocab(m))));
+  CF_TRY(cf_model_update(m, lr, step));
+  return cf_model_add_loss(m, loss_acc);
+}
+
+cf_pair_input cf_pair_input_of(const cf_pair_batch *b) {
+  cf_pair_input in = {b->B, b->S, b->T, b->src, b->src_len, b->tgt_in, b->tgt_out};
+  return in;
+}
+
+/* Target tokens of a batch (eos included): what its loss is the mean over. */
+static size_t batch_tokens(const cf_pair_batch *b) {
+  size_t n = 0;
+  for (int i = 0; i < b->B; i++) n += (size_t)b->tgt_len[i];
+  return n;
+}
+
+cf_status cf_evaluate_pairs(cf_model *m, cf_translation *t, double *loss) {
+  cf_pair_batch b;
+  memset(&b, 0, sizeof b);
+  double sum = 0;
+  size_t tokens = 0, n = cf_translation_valid_count(t);
+  cf_status st = n ? CF_OK : CF_FAIL(CF_ERR_DATA, "no validation pairs (data.valid)");
+  for (size_t k = 0; k < n && st == CF_OK; k++) {
+    float l = NAN;
+    st = cf_translation_valid_batch(t, k, &b);
+    cf_pair_input in = cf_pair_input_of(&b);
+    if (st == CF_OK) st = cf_model_forward_pairs(m, &in, 0, 0, 1, 0);
+    if (st == CF_OK) st = cf_model_loss(m, &l);
+    sum += (double)l * (double)batch_tokens(&b);
+    tokens += batch_tokens(&b);
+  }
+  cf_pair_batch_free(&b);
+  *loss = tokens ? sum / (double)tokens : NAN;
+  return st;
+}
+
 /* The first key in which the run's saved config differs from cfg, as an error (only train.steps
  * and the train.*_every/eval_batches/out keys may change). */
 static cf_status same_config(const char *dir, const cf_config *saved, const cf_config *cfg) {
@@ -325,7 +366,7 @@ typedef struct run {
   const cf_config *cfg;
   const cf_train_options *opts;
   const char *dir;
-  char ckpt[2100];
+  char ckpt[2100], merges[2100];
   cf_model *m;
   cf_data data;
   int *in, *tg;
@@ -340,6 +381,10 @@ typedef struct run {
   int writer;              /* rank 0 (or the only process): the one that writes the run directory */
   cf_grad_sync sync;       /* the gradient all-reduce of a world of several ranks */
   cf_train_result *res;
+  int seq2seq;             /* an encoder-decoder: sentence pairs, not byte windows */
+  cf_translation tr;       /* its data, and the batch in hand */
+  cf_pair_batch pb;
+  size_t tokens;           /* its target tokens trained on since the last row */
 } run;
 
 static void emit(const run *r, cf_train_event *e) {
@@ -355,6 +400,10 @@ static void emit_started(const run *r) {
                       .params = (double)cf_model_num_params(r->m), .device_bytes = (double)cf_model_device_bytes(r->m),
                       .plan = cf_model_memory_plan(r->m),
                       .train_bytes = r->data.n_train, .valid_bytes = r->data.n_valid,
+                      .train_pairs = r->seq2seq ? cf_pairs_count(r->tr.train) : 0,
+                      .valid_pairs = r->tr.valid ? cf_pairs_count(r->tr.valid) : 0,
+                      .left_out = r->seq2seq ? cf_pairs_left_out(r->tr.train) : 0,
+                      .epoch_steps = r->seq2seq ? (int)cf_translation_epoch_batches(&r->tr) : 0,
                       .unigram_entropy = r->data.unigram_entropy, .cfg = cfg,
                       .device_name = cf_context_device(r->ctx)->name};
   emit(r, &e);
@@ -374,7 +423,8 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
                       .grad_norm = gnorm, .elapsed_s = elapsed, .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0};
   r->res->final_train = train_loss;
   if (do_eval) {
-    CF_TRY(cf_evaluate(r->m, &r->data, cfg, &e.valid_loss));
+    if (r->seq2seq) CF_TRY(cf_evaluate_pairs(r->m, &r->tr, &e.valid_loss));
+    else CF_TRY(cf_evaluate(r->m, &r->data, cfg, &e.valid_loss));
     r->res->final_valid = e.valid_loss;
     if (!isfinite(e.valid_loss)) {
       r->ts.diverged_step = step;
@@ -389,8 +439,11 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   now = cf_now();
   elapsed = r->wall0 + now - r->t_start;
   e.elapsed_s = elapsed;
-  e.tokens_per_s = (double)(step - r->last_row_step) * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len *
-                   cf_dist_world()->size / (now - r->t_last);
+  double tokens = r->seq2seq ? (double)r->tokens
+                              : (double)(step - r->last_row_step) * cfg->train.accumulate * cfg->data.batch_size *
+                                    cfg->data.seq_len * cf_dist_world()->size;
+  e.tokens_per_s = tokens / (now - r->t_last);
+  r->tokens = 0;
   e.eta_s = (now - r->t_start) / (step - r->start_step) * (double)(cfg->train.steps - step + r->opts->eta_extra_steps);
   if (r->metrics)
     cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed});
@@ -432,6 +485,14 @@ static cf_status stop_asked(const run *r, int *stop) {
   return cf_dist_any(stop);
 }
 
+/* One optimizer step on the encoder-decoder: the step's batch of pairs. */
+static cf_status pairs_step(run *r, int step, float lr) {
+  CF_TRY(cf_translation_train_batch(&r->tr, step, &r->pb, NULL));
+  r->tokens += batch_tokens(&r->pb);
+  cf_pair_input in = cf_pair_input_of(&r->pb);
+  return cf_train_step_pairs(r->m, &in, step, lr, cf_at(r->acc, 0));
+}
+
 /* The steps after r->ts.step up to train.steps, or until a divergence or a stop request. */
 static cf_status loop(run *r) {
   const cf_config *cfg = r->cfg;
@@ -443,9 +504,13 @@ static cf_status loop(run *r) {
     /* this rank's rows of the step's whole batch (world size x parts x batch_size rows): the
      * micro-batches are its slices, so a step sees the same sequences as one batch that large,
      * whatever the world size */
-    cf_data_batch_rows(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), first, rows, T, r->in, r->tg);
     float lr = (float)cf_config_lr(cfg, step);
-    CF_TRY(cf_train_step_shared(r->m, r->in, r->tg, parts, step, lr, cf_at(r->acc, 0), &r->sync));
+    if (r->seq2seq) {
+      CF_TRY(pairs_step(r, step, lr));
+    } else {
+      cf_data_batch_rows(&r->data, CF_SPLIT_TRAIN, cfg->seed, (uint64_t)(step - 1), first, rows, T, r->in, r->tg);
+      CF_TRY(cf_train_step_shared(r->m, r->in, r->tg, parts, step, lr, cf_at(r->acc, 0), &r->sync));
+    }
     int stop;  /* asked once: the checkpoint and the exit must agree */
     CF_TRY(stop_asked(r, &stop));
     int last = step == steps || stop;
@@ -487,11 +552,13 @@ static cf_status record_end(const run *r) {
 /* Model, buffers, state (fresh or resumed), config.yaml and metrics.csv. */
 static cf_status prepare(run *r) {
   const cf_config *cfg = r->cfg;
-  size_t N = (size_t)cfg->train.accumulate * (size_t)cfg->data.batch_size * (size_t)cfg->data.seq_len;
+  size_t N = r->seq2seq ? 1 : (size_t)cfg->train.accumulate * (size_t)cfg->data.batch_size * (size_t)cfg->data.seq_len;
   r->in = malloc(N * sizeof *r->in);
   r->tg = malloc(N * sizeof *r->tg);
   if (!r->in || !r->tg) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, cfg->data.batch_size, cfg->data.seq_len, &r->m));
+  int B, T;
+  cf_model_shape(cfg, &B, &T);
+  CF_TRY(cf_model_create(r->ctx, &cfg->model, &cfg->optim, cfg->seed, B, T, &r->m));
   CF_TRY(cf_buffer_create(r->ctx, 4, &r->acc));
   const cf_world *w = cf_dist_world();
   CF_TRY(cf_model_set_shard(r->m, w->rank * cfg->train.accumulate, w->size * cfg->train.accumulate));
@@ -535,14 +602,18 @@ static cf_status share_state(run *r) {
  * waiting for one that stopped. */
 static cf_status start(run *r) {
   const cf_config *cfg = r->cfg;
-  cf_status st = cf_data_open(&r->data, cfg);
+  cf_status st = r->seq2seq ? CF_OK : cf_data_open(&r->data, cfg);
+  if (r->seq2seq && cf_dist_world()->size > 1)
+    st = CF_FAIL(CF_ERR_CONFIG, "model.arch encoder_decoder trains in one process (not under mpirun) so far");
   /* a model the device cannot hold is refused before the run directory is touched */
   cf_memory_plan plan;
-  if (st == CF_OK)
-    st = cf_model_plan(&cfg->model, &cfg->optim, cfg->data.batch_size, cfg->data.seq_len, cf_context_device(r->ctx),
-                       &plan);
+  int B, T;
+  cf_model_shape(cfg, &B, &T);
+  if (st == CF_OK) st = cf_model_plan(&cfg->model, &cfg->optim, B, T, cf_context_device(r->ctx), &plan);
   if (st == CF_OK) st = cf_model_fits(&plan);
   if (st == CF_OK && r->writer) st = open_run_dir(r);
+  /* the subword vocabulary lives in the run directory: learned by a fresh run, read by a resume */
+  if (st == CF_OK && r->seq2seq) st = cf_translation_open(&r->tr, cfg, r->merges);
   CF_TRY(cf_dist_agree(st));
   CF_TRY(cf_dist_bcast(&r->from_checkpoint, sizeof r->from_checkpoint, 0));
   CF_TRY(cf_dist_agree(prepare(r)));
@@ -571,9 +642,11 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   cf_train_options opts = opts_in ? *opts_in : (cf_train_options){0};
   memset(res, 0, sizeof *res);
   res->final_valid = res->final_train = NAN;
-  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res, .lock_fd = -1, .writer = cf_dist_world()->rank == 0};
+  run r = {.ctx = ctx, .cfg = cfg, .opts = &opts, .res = res, .lock_fd = -1, .writer = cf_dist_world()->rank == 0,
+           .seq2seq = cfg->model.arch == CF_ARCH_ENCODER_DECODER};
   r.dir = opts.resume_dir ? opts.resume_dir : cfg->train.out;
   snprintf(r.ckpt, sizeof r.ckpt, "%s/checkpoint.safetensors", r.dir);
+  snprintf(r.merges, sizeof r.merges, "%s/%s", r.dir, CF_TRAIN_MERGES_FILE);
   cf_status st = start(&r);
   if (st == CF_OK) {
     emit_started(&r);
@@ -589,6 +662,8 @@ cf_status cf_train(cf_context *ctx, const cf_config *cfg, const cf_train_options
   cf_buffer_free(r.acc);
   cf_model_free(r.m);
   cf_data_close(&r.data);
+  cf_translation_close(&r.tr);
+  cf_pair_batch_free(&r.pb);
   free(r.in);
   free(r.tg);
   cf_run_dir_unlock(r.lock_fd);

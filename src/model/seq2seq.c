@@ -1,0 +1,112 @@
+/* The encoder-decoder's forward on a batch of sentence pairs, and decoding: encode the sources
+ * once, then the next token's log-probabilities after a batch of prefixes (the scorer beam.c
+ * asks for). The blocks are block.c's; here only the two stacks' order and the batch's shape. */
+#include <math.h>
+#include <string.h>
+#include "clformer/gemm.h"
+#include "clformer/ops.h"
+#include "model/model_internal.h"
+#include "runtime/runtime.h"
+
+#define P(off) cf_at(m->params, (off))
+#define A(off) cf_arena_at(&m->acts, (off))
+
+enum { PAD = 0 };  /* the BPE's pad id (CF_BPE_PAD, a layer above): no loss */
+
+static cf_status need_seq2seq(const cf_model *m, const char *what) {
+  if (m->seq2seq) return CF_OK;
+  return CF_FAIL(CF_ERR_INVALID_ARG, "%s needs an encoder-decoder (model.arch encoder_decoder)", what);
+}
+
+/* B sequences of T ids: within what the model was laid out for, every id in the vocabulary. */
+static cf_status check_side(const cf_model *m, const char *side, const int *ids, int B, int T) {
+  if (B < 1 || T < 1 || T > m->T || (size_t)B * T > (size_t)m->B * m->T)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "%s batch of %d x %d tokens: the model holds sequences of at most %d tokens "
+                   "and %d tokens a batch (data.max_len, data.max_tokens)", side, B, T, m->T, m->B * m->T);
+  long bad = cf_embedding_check_tokens(ids, (size_t)B * T, m->V);
+  if (bad >= 0)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "%s id %d at (%ld, %ld) is outside the vocabulary [0, %d)", side, ids[bad],
+                   bad / T, bad % T, m->V);
+  return CF_OK;
+}
+
+/* The encoder over B sources of S tokens (enc.B and enc.T set), then every decoder block's keys
+ * and values of its output. */
+static cf_status encoder_forward(cf_model *m, const int *src, const int *src_len) {
+  block_stack *e = &m->enc;
+  CF_TRY(check_side(m, "source", src, e->B, e->T));
+  for (int b = 0; b < e->B; b++)
+    if (src_len[b] < 1 || src_len[b] > e->T)
+      return CF_FAIL(CF_ERR_INVALID_ARG, "source %d has length %d: needs 1 .. %d", b, src_len[b], e->T);
+  CF_TRY(cf_model_upload_ids(m, &m->sources, src, (size_t)e->B * e->T));
+  CF_TRY(cf_model_upload_ids(m, &m->source_lens, src_len, (size_t)e->B));
+  e->key_len = cf_at(cf_upload_current(&m->source_lens), 0);
+  CF_TRY(cf_model_embed(m, e, &m->sources));
+  CF_TRY(cf_stack_forward(m, e));
+  return cf_cross_memory(m);
+}
+
+/* The decoder over B prefixes of T ids (the encoder's batch). */
+static cf_status decoder_forward(cf_model *m, const char *side, const int *ids, int B, int T) {
+  CF_TRY(check_side(m, side, ids, B, T));
+  m->dec.B = B;
+  m->dec.T = T;
+  CF_TRY(cf_model_upload_ids(m, &m->tokens, ids, (size_t)B * T));
+  CF_TRY(cf_model_embed(m, &m->dec, &m->tokens));
+  return cf_stack_forward(m, &m->dec);
+}
+
+cf_status cf_model_forward_pairs(cf_model *m, const cf_pair_input *in, uint32_t step, int part, int parts, int train) {
+  CF_TRY(need_seq2seq(m, "a forward on sentence pairs"));
+  int total = 1;
+  CF_TRY(cf_model_begin_forward(m, step, part, parts, train, &total));
+  m->count = 0;
+  m->enc.B = m->dec.B = in->B;
+  m->enc.T = in->S;
+  m->dec.T = in->T;
+  CF_TRY(cf_block_dropout_fits(m, &m->enc, total));
+  CF_TRY(cf_block_dropout_fits(m, &m->dec, total));
+  if (in->tgt_out) CF_TRY(check_side(m, "target", in->tgt_out, in->B, in->T));
+  CF_TRY(encoder_forward(m, in->src, in->src_len));
+  CF_TRY(decoder_forward(m, "target", in->tgt_in, in->B, in->T));
+  return cf_model_output_and_loss(m, in->tgt_out, PAD, total);
+}
+
+cf_status cf_model_encode(cf_model *m, const int *src, const int *src_len, int B, int S) {
+  CF_TRY(need_seq2seq(m, "encoding"));
+  m->train = 0;
+  m->count = 0;  /* no backward of this */
+  m->enc.B = B;
+  m->enc.T = S;
+  return encoder_forward(m, src, src_len);
+}
+
+/* Each row of x (B, V) replaced by its log-softmax. */
+static void log_softmax_rows(float *x, int B, int V) {
+  for (int b = 0; b < B; b++) {
+    float *row = x + (size_t)b * V, most = row[0];
+    for (int v = 1; v < V; v++) most = fmaxf(most, row[v]);
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)(row[v] - most));
+    float lse = most + (float)log(sum);
+    for (int v = 0; v < V; v++) row[v] -= lse;
+  }
+}
+
+cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs) {
+  CF_TRY(need_seq2seq(m, "decoding"));
+  if (B != m->enc.B)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "%d prefixes for %d encoded sources (cf_model_encode first, a row each)", B,
+                   m->enc.B);
+  m->train = 0;
+  m->count = 0;
+  CF_TRY(decoder_forward(m, "prefix", prefix, B, len));
+  /* the output projection of each row's last position only: rows at a stride of len x C */
+  int C = m->C, V = m->V;
+  cf_mem last = cf_shift(cf_stack_output(m, &m->dec), (size_t)(len - 1) * C);
+  CF_TRY(cf_gemm(m->ctx, 0, 1, (size_t)B, (size_t)V, (size_t)C, 1.0f, last, (size_t)len * C, P(m->out_w), (size_t)C,
+                 0.0f, A(m->logits), (size_t)V));
+  CF_TRY(cf_read(m->ctx, A(m->logits), logprobs, (size_t)B * V));
+  log_softmax_rows(logprobs, B, V);
+  return CF_OK;
+}
