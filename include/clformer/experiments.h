@@ -89,4 +89,23 @@ void cf_bleu_signature(const cf_bleu *b, cf_bleu_smooth smooth, char *buf, size_
  * into *out; CF_ERR_DATA for text that is not UTF-8. */
 cf_status cf_bleu_tokenize(cf_bleu_tok tok, const char *text, char **out);
 
+/* ---- Translating with a trained encoder-decoder (translate.c) ---- */
+typedef struct cf_translate_options {
+  int beam;            /* hypotheses a sentence; 1: greedy */
+  double len_penalty;  /* fairseq's lenpen: scores divided by length^len_penalty (1: fairseq's default) */
+} cf_translate_options;
+/* Translations of lines[0..n) (malloc'd strings into out[0..n), free each): each line BPE-encoded
+ * (at most data.max_len - 1 tokens, the rest cut and counted in *truncated, may be NULL), sorted by
+ * length into batches the model holds (sentences x beam x the longest output at most its tokens a
+ * side), beam-searched on the device (cf_beam_search over cf_model_next_logprobs), decoded back to
+ * text. An output has at most min(data.max_len, 2 x its source's tokens + 10) tokens, eos
+ * included. progress (may be NULL): after each batch. */
+cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *lines, size_t n,
+                             const cf_translate_options *o, char **out, size_t *truncated, cf_progress_fn progress,
+                             void *user);
+/* Corpus BLEU (sacreBLEU's default: 13a, exp smoothing) of the translations of src_path's first
+ * `limit` lines (0: all) against ref_path's, line by line; *score filled. */
+cf_status cf_translate_bleu(cf_model *m, const cf_bpe *bpe, const char *src_path, const char *ref_path, size_t limit,
+                            const cf_translate_options *o, cf_bleu_score *score);
+
 #endif
