@@ -98,7 +98,7 @@ typedef struct cf_translate_options {
  * (at most data.max_len - 1 tokens, the rest cut and counted in *truncated, may be NULL), sorted by
  * length into batches the model holds (sentences x beam x the longest output at most its tokens a
  * side), beam-searched on the device (cf_beam_search over cf_model_next_logprobs), decoded back to
- * text. An output has at most min(data.max_len, 2 x its source's tokens + 10) tokens, eos
+ * text (UTF-8: bytes that do not form it become U+FFFD, as Python's errors='replace'). An output has at most min(data.max_len, 2 x its source's tokens + 10) tokens, eos
  * included. progress (may be NULL): after each batch. */
 cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *lines, size_t n,
                              const cf_translate_options *o, char **out, size_t *truncated, cf_progress_fn progress,
