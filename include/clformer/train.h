@@ -100,6 +100,7 @@ typedef struct cf_train_event {
   const char *dir;                               /* the run directory */
   int step, steps;
   double lr, train_loss, valid_loss, grad_norm;  /* valid_loss NAN: not evaluated at this step */
+  double bleu;                                   /* NAN: not measured (cf_train_options.bleu) */
   double tokens_per_s, elapsed_s, eta_s;
   int checkpoint_step;                           /* DIVERGED: the last good checkpoint's step, 0 if none */
   int in_validation;                             /* DIVERGED: at the evaluation, valid_loss not finite */
@@ -133,6 +134,11 @@ typedef struct cf_train_options {
   const char *label;        /* this run's name in its events (a comparison's variant); NULL: none */
   long eta_extra_steps;     /* steps of other runs after this one (a comparison), for a combined ETA */
   cf_train_hooks hooks;
+  /* An encoder-decoder's BLEU at each evaluation, computed by the caller (compare: greedy, on the
+   * test set) from the model and its run directory (its bpe.merges): into the event and the bleu
+   * column of metrics.csv. NULL: none. */
+  cf_status (*bleu)(void *user, cf_model *m, const char *dir, double *bleu);
+  void *bleu_user;
 } cf_train_options;
 
 typedef struct cf_train_result {

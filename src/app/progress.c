@@ -2,6 +2,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 #include "app/progress.h"
 #include "clformer/dist.h"
@@ -73,10 +74,11 @@ static void print_started(const cf_train_event *e, const char *label, const char
 }
 
 static void print_row(const cf_train_event *e, const char *label, const char *sep, int tty) {
-  char el[32], eta[32], vbuf[32] = "";
+  char el[32], eta[32], vbuf[64] = "";
   format_duration(el, sizeof el, e->elapsed_s);
   format_duration(eta, sizeof eta, e->eta_s);
   if (!isnan(e->valid_loss)) snprintf(vbuf, sizeof vbuf, " | valid %.4f", e->valid_loss);
+  if (!isnan(e->bleu)) snprintf(vbuf + strlen(vbuf), sizeof vbuf - strlen(vbuf), " | BLEU %.2f", e->bleu);
   printf("%s%s%sstep %*d/%d | loss %.4f%s | lr %.2e | gnorm %.3g | %.0f tok/s | %s | ETA %s\n", tty ? "\r\033[K" : "",
          label, sep, (int)snprintf(NULL, 0, "%d", e->steps), e->step, e->steps, e->train_loss, vbuf, e->lr, e->grad_norm,
          e->tokens_per_s, el, eta);

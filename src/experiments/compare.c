@@ -82,13 +82,17 @@ static void read_run(const spec *s, const cf_config *cfg, const char *dir, doubl
   r->lr = malloc((size_t)(r->n + 1) * sizeof(double));
   r->train = malloc((size_t)(r->n + 1) * sizeof(double));
   r->valid = malloc((size_t)(r->n + 1) * sizeof(double));
-  if (!r->step || !r->lr || !r->train || !r->valid) r->n = 0;
+  r->bleu = malloc((size_t)(r->n + 1) * sizeof(double));
+  r->final_bleu = NAN;
+  if (!r->step || !r->lr || !r->train || !r->valid || !r->bleu) r->n = 0;
   for (int i = 0; i < r->n; i++) {
     const cf_metrics_row *w = &rows[i];
     r->step[i] = w->step;
     r->lr[i] = w->lr;
     r->train[i] = w->train_loss;
     r->valid[i] = w->valid_loss;
+    r->bleu[i] = w->bleu;
+    if (isfinite(w->bleu)) r->final_bleu = w->bleu;
     r->wall_s = w->wall_s;
     r->steps_done = w->step;
     if (isfinite(w->valid_loss)) {
@@ -100,9 +104,10 @@ static void read_run(const spec *s, const cf_config *cfg, const char *dir, doubl
   free(rows);
   /* the run's average speed (a resumed run's wall time spans its sessions), over all its ranks' tokens */
   cf_run_record rec;
-  int ranks = cf_run_record_read(dir, &rec) == CF_OK ? rec.ranks : 1;
+  int have = cf_run_record_read(dir, &rec) == CF_OK, ranks = have ? rec.ranks : 1;
   double tokens = (double)r->steps_done * cfg->train.accumulate * cfg->data.batch_size * cfg->data.seq_len * ranks;
   r->tokens_per_s = r->wall_s > 0 ? tokens / r->wall_s : NAN;
+  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER) r->tokens_per_s = have ? rec.tokens_per_s : NAN;  /* batches vary */
   r->present = 1;
   r->diverged = !strcmp(status, "diverged");
   int stuck = !r->diverged && isfinite(r->final_valid) && r->final_valid >= entropy - 0.05;
@@ -115,6 +120,7 @@ static void free_run(run_rec *r) {
   free(r->lr);
   free(r->train);
   free(r->valid);
+  free(r->bleu);
 }
 
 /* The index of the variant named `only` (-1 for NULL: all of them). */
@@ -171,6 +177,30 @@ static cf_status plan_run(const spec *s, const cf_compare_options *o, int i, int
   return cf_dist_bcast(p, sizeof *p, 0);
 }
 
+/* The BLEU each evaluation of an encoder-decoder's run records: greedy, on data.test's first
+ * bleu_lines lines, through the run's own vocabulary (its bpe.merges, read at the first). */
+typedef struct bleu_hook {
+  const cf_config *cfg;
+  int lines;
+  cf_bpe *bpe;
+} bleu_hook;
+
+static cf_status run_bleu(void *user, cf_model *m, const char *dir, double *bleu) {
+  bleu_hook *h = user;
+  char src[1100], ref[1100], merges[2200];
+  if (!h->bpe) {
+    snprintf(merges, sizeof merges, "%s/%s", dir, CF_TRAIN_MERGES_FILE);
+    CF_TRY(cf_bpe_load(merges, &h->bpe));
+  }
+  CF_TRY(cf_translation_path(h->cfg->data.test, h->cfg->data.source_lang, src, sizeof src));
+  CF_TRY(cf_translation_path(h->cfg->data.test, h->cfg->data.target_lang, ref, sizeof ref));
+  cf_translate_options greedy = {1, 1.0};
+  cf_bleu_score score;
+  CF_TRY(cf_translate_bleu(m, h->bpe, src, ref, (size_t)h->lines, &greedy, &score));
+  *bleu = score.bleu;
+  return CF_OK;
+}
+
 /* Variant i, seed k: skipped when done, else trained or resumed into its directory (data-parallel
  * under mpirun: cf_train shares each step out, rank 0 writes the run). */
 static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_options *o, int i, int k,
@@ -185,8 +215,15 @@ static cf_status train_one(cf_context *ctx, const spec *s, const cf_compare_opti
   *remaining -= c.train.steps;
   cf_train_options to = {.resume_dir = p.resume ? p.dir : NULL, .label = label, .eta_extra_steps = *remaining,
                          .hooks = o->hooks};
+  bleu_hook bh = {&c, s->bleu_lines, NULL};
+  if (c.model.arch == CF_ARCH_ENCODER_DECODER && c.data.test[0]) {
+    to.bleu = run_bleu;
+    to.bleu_user = &bh;
+  }
   cf_train_result res;
-  CF_TRY(cf_train(ctx, &c, &to, &res));
+  cf_status st = cf_train(ctx, &c, &to, &res);
+  cf_bpe_free(bh.bpe);
+  CF_TRY(st);
   *interrupted = res.interrupted;
   if (res.state.diverged_step && o->report) fprintf(o->report, "%s diverged at step %d\n", label, res.state.diverged_step);
   return CF_OK;
@@ -272,10 +309,11 @@ static cf_status compare(spec *s, const cf_compare_options *o, int *interrupted)
   if (o->out) snprintf(s->out, sizeof s->out, "%s", o->out);
   int only_i;
   CF_TRY(find_variant(s, o->only, &only_i));
-  cf_data data;  /* for the unigram entropy (and to fail early on a missing corpus) */
-  cf_status ds = cf_data_open(&data, &s->base);
-  double entropy = ds == CF_OK ? data.unigram_entropy : NAN;
-  if (ds == CF_OK) cf_data_close(&data);
+  cf_data data;  /* for the unigram entropy (and to fail early on a missing corpus); pairs have none */
+  int pairs = s->base.model.arch == CF_ARCH_ENCODER_DECODER;
+  cf_status ds = pairs ? cf_data_check(&s->base) : cf_data_open(&data, &s->base);
+  double entropy = ds == CF_OK && !pairs ? data.unigram_entropy : NAN;
+  if (ds == CF_OK && !pairs) cf_data_close(&data);
   CF_TRY(cf_dist_agree(ds));
   if (!o->report_only) CF_TRY(cf_dist_agree(check_variants_data(s, only_i)));
   int writer = cf_dist_world()->rank == 0;  /* under mpirun, rank 0 alone writes */

@@ -17,6 +17,8 @@ typedef struct spec {
   double target_loss;   /* NAN: none */
   int plateau_after;    /* steps after which a loss near the unigram entropy counts as a plateau */
   int seeds;
+  int bleu_lines;       /* an encoder-decoder's BLEU at each evaluation: greedy, on data.test's first
+                           bleu_lines lines (0: all) */
   char out[1024];
 } spec;
 
@@ -26,6 +28,8 @@ typedef struct run_rec {
   double final_valid, best_valid, wall_s, tokens_per_s;
   int n;                  /* metric rows */
   double *step, *lr, *train, *valid;
+  double *bleu;           /* NAN where not measured */
+  double final_bleu;      /* the last measured, NAN: none */
 } run_rec;
 
 /* The run directory of variant vi's seed_k-th seed (compare.c). */

@@ -24,7 +24,7 @@ static cf_status key_name(yaml_node_t *k, const char *path, const char **key) {
   return CF_OK;
 }
 
-/* One of target_loss, plateau_after, seeds, out. */
+/* One of target_loss, plateau_after, seeds, bleu_lines, out. */
 static cf_status report_setting(spec *s, const char *key, yaml_node_t *v, const char *path) {
   const char *val = NULL;
   char *end;
@@ -41,7 +41,7 @@ static cf_status report_setting(spec *s, const char *key, yaml_node_t *v, const 
     if (*end || x < (seeds ? 1 : 0) || x > 1000000)
       return CF_FAIL(CF_ERR_CONFIG, "%s:%zu: %s: expected a %s integer, got '%s'", path, v->start_mark.line + 1, key,
                      seeds ? "positive" : "non-negative", val);
-    *(seeds ? &s->seeds : &s->plateau_after) = (int)x;
+    *(seeds ? &s->seeds : key[0] == 'b' ? &s->bleu_lines : &s->plateau_after) = (int)x;
   }
   return CF_OK;
 }
@@ -56,11 +56,12 @@ static cf_status parse_top(spec *s, yaml_document_t *doc, const char *path, yaml
     CF_TRY(key_name(k, path, &key));
     if (!strcmp(key, "base")) CF_TRY(cf_config_apply_node(&s->base, doc, v, path));
     else if (!strcmp(key, "variants")) *vars = v;
-    else if (!strcmp(key, "target_loss") || !strcmp(key, "plateau_after") || !strcmp(key, "seeds") || !strcmp(key, "out"))
+    else if (!strcmp(key, "target_loss") || !strcmp(key, "plateau_after") || !strcmp(key, "seeds") ||
+             !strcmp(key, "bleu_lines") || !strcmp(key, "out"))
       CF_TRY(report_setting(s, key, v, path));
     else
       return CF_FAIL(CF_ERR_CONFIG, "%s:%zu:%zu: unknown key '%s' (a comparison has base, variants, target_loss, "
-                     "plateau_after, seeds, out)", path, k->start_mark.line + 1, k->start_mark.column + 1, key);
+                     "plateau_after, seeds, bleu_lines, out)", path, k->start_mark.line + 1, k->start_mark.column + 1, key);
   }
   return CF_OK;
 }

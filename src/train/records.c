@@ -9,20 +9,23 @@
 #include "base/base.h"
 #include "train/records.h"
 
-static const char metrics_header[] = "step,lr,train_loss,valid_loss,grad_norm,tokens_per_s,wall_s\n";
-enum { COL_STEP, COL_LR, COL_TRAIN, COL_VALID, COL_GNORM, COL_TPS, COL_WALL, NCOLS };
+/* The header; an encoder-decoder's run adds ",bleu" (an optional column: files without it read). */
+static const char metrics_header[] = "step,lr,train_loss,valid_loss,grad_norm,tokens_per_s,wall_s";
+enum { COL_STEP, COL_LR, COL_TRAIN, COL_VALID, COL_GNORM, COL_TPS, COL_WALL, COL_BLEU, NCOLS };
 static const char *const col_names[NCOLS] = {"step", "lr", "train_loss", "valid_loss", "grad_norm", "tokens_per_s",
-                                             "wall_s"};
+                                             "wall_s", "bleu"};
+
+static void put_header(FILE *f, int bleu) { fprintf(f, "%s%s\n", metrics_header, bleu ? ",bleu" : ""); }
 
 /* Rewrite path keeping its header and the rows of steps <= after_step, atomically (a temporary
  * named as every atomic write's, which a later run removes if this one is killed mid-write). */
-static int keep_rows_through(const char *path, int after_step) {
+static int keep_rows_through(const char *path, int after_step, int bleu) {
   char *text, *buf = NULL;
   size_t len = 0;
   if (cf_read_file(path, &text, NULL) != CF_OK) return -1;
   FILE *out = open_memstream(&buf, &len);
   if (!out) { free(text); errno = ENOMEM; return -1; }
-  fputs(metrics_header, out);
+  put_header(out, bleu);
   char *save, *line = strtok_r(text, "\n", &save);
   for (line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
     if (atoi(line) <= after_step) fprintf(out, "%s\n", line);
@@ -33,14 +36,14 @@ static int keep_rows_through(const char *path, int after_step) {
   return bad ? -1 : 0;
 }
 
-FILE *cf_metrics_open(const char *dir, int after_step) {
+FILE *cf_metrics_open(const char *dir, int after_step, int bleu) {
   char path[2100];
   snprintf(path, sizeof path, "%s/metrics.csv", dir);
   struct stat sb;
-  if (after_step > 0 && stat(path, &sb) == 0) return keep_rows_through(path, after_step) ? NULL : fopen(path, "a");
+  if (after_step > 0 && stat(path, &sb) == 0) return keep_rows_through(path, after_step, bleu) ? NULL : fopen(path, "a");
   FILE *f = fopen(path, "w");
   if (f) {
-    fputs(metrics_header, f);
+    put_header(f, bleu);
     fflush(f);  /* a run killed before its first row leaves a file that is recognisably ours */
   }
   return f;
@@ -50,12 +53,17 @@ static void put_field(FILE *f, double v, const char *fmt) {
   if (!isnan(v)) fprintf(f, fmt, v);
 }
 
-void cf_metrics_append(FILE *f, const cf_metrics_row *r) {
+void cf_metrics_append(FILE *f, const cf_metrics_row *r, int bleu) {
   fprintf(f, "%d,%.6g,%.6g,", r->step, r->lr, r->train_loss);
   put_field(f, r->valid_loss, "%.6g");
   fprintf(f, ",%.6g,", r->grad_norm);
   put_field(f, r->tokens_per_s, "%.1f");
-  fprintf(f, ",%.3f\n", r->wall_s);
+  fprintf(f, ",%.3f", r->wall_s);
+  if (bleu) {
+    fputc(',', f);
+    put_field(f, r->bleu, "%.4f");
+  }
+  fputc('\n', f);
   fflush(f);
 }
 
@@ -67,7 +75,7 @@ static int map_columns(char *header, int col[NCOLS]) {
     for (int c = 0; c < NCOLS; c++)
       if (!strcmp(name, col_names[c])) col[c] = i;
   for (int c = 0; c < NCOLS; c++)
-    if (col[c] < 0) return -1;
+    if (col[c] < 0 && c != COL_BLEU) return -1;
   return 0;
 }
 
@@ -91,7 +99,7 @@ static int parse_row(char *line, const int col[NCOLS], cf_metrics_row *row) {
   if (isnan(step)) return 0;
   *row = (cf_metrics_row){(int)step, field(f, nf, col[COL_LR]), field(f, nf, col[COL_TRAIN]),
                           field(f, nf, col[COL_VALID]), field(f, nf, col[COL_GNORM]), field(f, nf, col[COL_TPS]),
-                          field(f, nf, col[COL_WALL])};
+                          field(f, nf, col[COL_WALL]), col[COL_BLEU] >= 0 ? field(f, nf, col[COL_BLEU]) : NAN};
   return 1;
 }
 

@@ -420,7 +420,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   CF_TRY(cf_write(r->ctx, cf_at(r->acc, 0), &zero, 1));
   double now = cf_now(), elapsed = r->wall0 + now - r->t_start, train_loss = sum / (step - r->last_row_step);
   cf_train_event e = {.kind = CF_TRAIN_LOGGED, .step = step, .lr = lr, .train_loss = train_loss, .valid_loss = NAN,
-                      .grad_norm = gnorm, .elapsed_s = elapsed, .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0};
+                      .bleu = NAN, .grad_norm = gnorm, .elapsed_s = elapsed, .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0};
   r->res->final_train = train_loss;
   if (do_eval) {
     if (r->seq2seq) CF_TRY(cf_evaluate_pairs(r->m, &r->tr, &e.valid_loss));
@@ -435,6 +435,7 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
       return CF_OK;
     }
     if (e.valid_loss < r->ts.best_valid) { r->ts.best_valid = e.valid_loss; r->ts.best_step = step; }
+    if (r->opts->bleu) CF_TRY(r->opts->bleu(r->opts->bleu_user, r->m, r->dir, &e.bleu));
   }
   now = cf_now();
   elapsed = r->wall0 + now - r->t_start;
@@ -446,7 +447,8 @@ static cf_status row(run *r, int step, float lr, int do_eval, int do_ckpt, int d
   r->tokens = 0;
   e.eta_s = (now - r->t_start) / (step - r->start_step) * (double)(cfg->train.steps - step + r->opts->eta_extra_steps);
   if (r->metrics)
-    cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed});
+    cf_metrics_append(r->metrics, &(cf_metrics_row){step, lr, train_loss, e.valid_loss, gnorm, e.tokens_per_s, elapsed,
+                                                    e.bleu}, r->seq2seq);
   if (do_log || do_eval) emit(r, &e);
   r->res->tokens_per_s = e.tokens_per_s;
   r->last_row_step = step;
@@ -467,9 +469,11 @@ static cf_status nonfinite(run *r, const cf_divergence *bad) {
   float lr = (float)cf_config_lr(cfg, bad->step);
   r->ts.diverged_step = bad->step;
   r->res->final_train = bad->loss;
-  if (r->metrics) cf_metrics_append(r->metrics, &(cf_metrics_row){bad->step, lr, bad->loss, NAN, bad->grad_norm, NAN, elapsed});
+  if (r->metrics)
+    cf_metrics_append(r->metrics, &(cf_metrics_row){bad->step, lr, bad->loss, NAN, bad->grad_norm, NAN, elapsed, NAN},
+                      r->seq2seq);
   cf_train_event e = {.kind = CF_TRAIN_DIVERGED, .step = bad->step, .lr = lr, .train_loss = bad->loss,
-                      .valid_loss = NAN, .grad_norm = bad->grad_norm, .elapsed_s = elapsed,
+                      .valid_loss = NAN, .bleu = NAN, .grad_norm = bad->grad_norm, .elapsed_s = elapsed,
                       .checkpoint_step = file_exists(r->ckpt) ? r->ts.step : 0,
                       .loss_limit = cf_train_loss_limit(cfg->model.vocab),
                       .tensor = bad->tensor >= 0 ? cf_model_view(r->m, bad->tensor)->name : NULL,
@@ -572,7 +576,7 @@ static cf_status prepare(run *r) {
   char cfg_path[2100];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", r->dir);
   CF_TRY(write_text(cfg_path, cfg));
-  if (!(r->metrics = cf_metrics_open(r->dir, r->ts.step)))
+  if (!(r->metrics = cf_metrics_open(r->dir, r->ts.step, r->seq2seq)))
     return CF_FAIL(CF_ERR_IO, "cannot write %s/metrics.csv: %s", r->dir, strerror(errno));
   return CF_OK;
 }
