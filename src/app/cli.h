@@ -16,6 +16,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_bleu(int argc, char **argv);
 int cmd_bpe(int argc, char **argv);
+int cmd_translate(int argc, char **argv);
+int cmd_eval_bleu(int argc, char **argv);
 
 /* This rank's device context: under mpirun, its share of the devices spec matches
  * (cf_dist_choose_device), agreed among ranks, with every rank's host and device printed by rank 0

@@ -33,6 +33,8 @@ static const struct {
     {"gradnorm", cmd_gradnorm, "gradient norms at initialization per layer and depth (Theorem 1); table and gradnorm.svg"},
     {"train", cmd_train, "train a Post-LN or Pre-LN Transformer language model from a YAML config"},
     {"sample", cmd_sample, "generate text from a trained run"},
+    {"translate", cmd_translate, "translate standard input, a sentence a line, with a trained encoder-decoder"},
+    {"eval-bleu", cmd_eval_bleu, "BLEU of a trained encoder-decoder on its config's test (or validation) set"},
     {"check", cmd_check, "validate a training config and print it fully resolved"},
     {"devices", cmd_devices, "list OpenCL devices and show which one a --device spec selects"},
     {"selftest", cmd_selftest, "check every kernel on a device against double-precision references"},
