@@ -88,7 +88,9 @@ static int print_plan(const cf_config *c, const char *device) {
   cf_device_info dev;
   if (device && find_device(device, &dev)) return 2;
   cf_memory_plan plan;
-  if (cf_model_plan(&c->model, &c->optim, c->data.batch_size, c->data.seq_len, device ? &dev : NULL, &plan) != CF_OK ||
+  int B, T;
+  cf_model_shape(c, &B, &T);
+  if (cf_model_plan(&c->model, &c->optim, B, T, device ? &dev : NULL, &plan) != CF_OK ||
       cf_model_fits(&plan) != CF_OK)
     return 2;
   cf_model_plan_write(&plan, "# ", stdout);

@@ -85,6 +85,10 @@ int cmd_sample(int argc, char **argv) {
   }
   cf_config cfg;
   if ((rc = cf_cli_load_config(&cfg, cfg_path, NULL, 0))) return rc;
+  if (cfg.model.arch == CF_ARCH_ENCODER_DECODER) {
+    fprintf(stderr, "clformer sample: %s is an encoder-decoder: use clformer translate\n", cfg_path);
+    return 2;
+  }
   cf_context_options o = {.device_spec = cf_device_spec_resolve(device, cfg.device)};
   cf_context *ctx;
   cf_status st = cf_context_create(&o, &ctx);

@@ -357,6 +357,8 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
 
 cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *out,
                         json_t *report) {
+  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
+    return CF_FAIL(CF_ERR_CONFIG, "bench step measures the language model (model.arch decoder) so far");
   step_bench b;
   memset(&b, 0, sizeof b);
   b.ctx = ctx;

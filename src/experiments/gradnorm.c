@@ -80,6 +80,8 @@ static cf_status parse_gn(gn_spec *s, const char *path, char **sets, int nsets) 
   if (st == CF_OK) st = cf_config_resolve_paths(&s->base, path);
   for (int i = 0; i < nsets && st == CF_OK; i++) st = cf_config_set(&s->base, sets[i]);
   if (st == CF_OK) st = cf_config_validate(&s->base);
+  if (st == CF_OK && s->base.model.arch == CF_ARCH_ENCODER_DECODER)
+    st = CF_FAIL(CF_ERR_CONFIG, "%s: gradnorm measures the language model (model.arch decoder) so far", path);
   if (st == CF_OK && !s->out[0]) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
