@@ -290,7 +290,8 @@ void cf_config_defaults(cf_config *c) {
   c->model.vocab = cf_config_vocab(c);
 }
 
-static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin);
+static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin,
+                                    int prefix);
 
 cf_status cf_config_set(cf_config *c, const char *assignment) {
   const char *eq = strchr(assignment, '=');
@@ -302,8 +303,10 @@ cf_status cf_config_set(cf_config *c, const char *assignment) {
   CF_TRY(cf_config_set_key(c, key, eq + 1, where));
   /* a --set data path is relative to the working directory: made absolute now, or a resume (which
    * reads the run's config.yaml) would look for it beside that file */
-  if (!strcmp(key, "data.train")) return absolute_data_path(c->data.train, sizeof c->data.train, NULL, 0, where);
-  if (!strcmp(key, "data.valid")) return absolute_data_path(c->data.valid, sizeof c->data.valid, NULL, 0, where);
+  int pairs = c->model.arch == CF_ARCH_ENCODER_DECODER;
+  if (!strcmp(key, "data.train")) return absolute_data_path(c->data.train, sizeof c->data.train, NULL, 0, where, pairs);
+  if (!strcmp(key, "data.valid")) return absolute_data_path(c->data.valid, sizeof c->data.valid, NULL, 0, where, pairs);
+  if (!strcmp(key, "data.test")) return absolute_data_path(c->data.test, sizeof c->data.test, NULL, 0, where, 1);
   return CF_OK;
 }
 
@@ -452,13 +455,30 @@ cf_status cf_config_load(cf_config *c, const char *path) {
 
 /* A relative data path made absolute against the directory `dir` (its first dirlen bytes; NULL: the
  * working directory), so a run's saved config.yaml finds its data from anywhere, a resume included. A path
- * that does not resolve (a missing file) stays as written, for the error that names it. */
-static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin) {
+ * that does not resolve (a missing file) stays as written, for the error that names it; a prefix (an
+ * encoder-decoder's data.train names PREFIX.LANG files) is no file, so its directory is resolved. */
+static cf_status absolute_data_path(char *field, size_t cap, const char *dir, int dirlen, const char *origin,
+                                    int prefix) {
   if (!field[0]) return CF_OK;
   char joined[2200], real[PATH_MAX];
   if (dir && field[0] != '/') snprintf(joined, sizeof joined, "%.*s/%s", dirlen, dir, field);
   else snprintf(joined, sizeof joined, "%s", field);
   const char *use = realpath(joined, real) ? real : joined;
+  /* resolving a prefix's directory makes resolving again (a comparison's variants) change nothing */
+  char *slash = strrchr(joined, '/'), dir_real[PATH_MAX];
+  if (prefix && use == joined && slash != joined) {
+    const char *base = slash ? slash + 1 : joined;
+    if (slash) *slash = 0;
+    size_t a = 0, b = strlen(base);
+    if (realpath(slash ? joined : ".", dir_real) && (a = strlen(dir_real)) + b + 2 <= sizeof real) {
+      memcpy(real, dir_real, a);
+      real[a] = '/';
+      memmove(real + a + 1, base, b + 1);
+      use = real;
+    } else if (slash) {
+      *slash = '/';
+    }
+  }
   if (strlen(use) >= cap) return CF_FAIL(CF_ERR_CONFIG, "%s: data path too long", origin);
   strcpy(field, use);
   return CF_OK;
@@ -467,9 +487,10 @@ static cf_status absolute_data_path(char *field, size_t cap, const char *dir, in
 cf_status cf_config_resolve_paths(cf_config *c, const char *path) {
   const char *slash = strrchr(path, '/'), *dir = slash ? path : NULL;  /* no slash: the working directory */
   int dirlen = slash ? (int)(slash - path) : 0;
-  CF_TRY(absolute_data_path(c->data.train, sizeof c->data.train, dir, dirlen, path));
-  CF_TRY(absolute_data_path(c->data.test, sizeof c->data.test, dir, dirlen, path));
-  return absolute_data_path(c->data.valid, sizeof c->data.valid, dir, dirlen, path);
+  int pairs = c->model.arch == CF_ARCH_ENCODER_DECODER;
+  CF_TRY(absolute_data_path(c->data.train, sizeof c->data.train, dir, dirlen, path, pairs));
+  CF_TRY(absolute_data_path(c->data.test, sizeof c->data.test, dir, dirlen, path, 1));
+  return absolute_data_path(c->data.valid, sizeof c->data.valid, dir, dirlen, path, pairs);
 }
 
 /* "file:line:col: key" (or "--set key", or just "key" for a default) for cross-key messages. */
