@@ -37,4 +37,14 @@ if [[ ! -s build/data/kjv.txt ]]; then
   bible -l1000 gen1:1-rev22:21 | sed 's/^ *//' > build/data/kjv.txt.tmp
   mv build/data/kjv.txt.tmp build/data/kjv.txt
 fi
-echo "setup: built build/clformer; corpus build/data/kjv.txt ($(wc -c < build/data/kjv.txt) bytes)"
+# The translation pairs: Spanish (Reina-Valera 1909) -> English (KJV) verses from Debian's SWORD modules, split by book.
+# About a minute, once; the language model does not need them, so a failure is a note.
+pairs="translation pairs build/data/bible"
+if [[ ! -s build/data/bible/test.en ]]; then
+  if python3 tools/bible_pairs.py build/data/bible.tmp >/dev/null; then
+    rm -rf build/data/bible && mv build/data/bible.tmp build/data/bible
+  else
+    pairs="no translation pairs (tools/bible_pairs.py failed: see above)"
+  fi
+fi
+echo "setup: built build/clformer; corpus build/data/kjv.txt ($(wc -c < build/data/kjv.txt) bytes); $pairs"
