@@ -7,10 +7,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
 require_corpus 200000 "$tmp/text.txt"
 export RUSTICL_ENABLE=llvmpipe
-# llvmpipe compiles every kernel again with LLVM (minutes, cold, for the GEMMs): its own cache
-# beside ours, so that a build directory's second run takes seconds
-cache=${CLFORMER_CACHE_DIR:-$tmp/cache}
-export CLFORMER_CACHE_DIR=$cache MESA_SHADER_CACHE_DIR=${MESA_SHADER_CACHE_DIR:-$cache-mesa}
+# rusticl turns every kernel into NIR and optimises it on one core (about a minute a kernel for the
+# fused attention's and others', over 10 minutes in all, cold): Mesa's own per-user shader cache
+# (~/.cache/mesa_shader_cache, or $MESA_SHADER_CACHE_DIR) keeps the results, keyed by the kernel's source
+# and Mesa's build, as PoCL's does in ~/.cache/pocl, so that a new build directory or clone on this
+# machine, CI's, finds them; only a machine's first run pays. Our binary cache (the build's) beside it.
+export CLFORMER_CACHE_DIR=${CLFORMER_CACHE_DIR:-$tmp/cache}
 # GEMMs on llvmpipe through CLBlast: llvmpipe needs over 5 minutes, cold, for our own GEMM kernels
 # alone (their register tiles times its 8 SIMD lanes), a few seconds for CLBlast's
 rusticl=(env CLFORMER_GEMM=clblast)
