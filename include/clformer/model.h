@@ -200,6 +200,15 @@ cf_status cf_model_encode(cf_model *m, const int *src, const int *src_len, int B
  * first), prefix row i attending to encoded row i: the decoder run over the prefixes, the output
  * projection of their last positions only. */
 cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs);
+/* The same, incrementally, for rows that keep their place from step to step (greedy decoding):
+ * cf_model_decode_start, after cf_model_encode, keeps room for max_len positions of every encoded
+ * row (at most data.max_len, and rows x max_len at most the tokens a side the model holds); then
+ * each cf_model_decode_next takes the prefixes (rows, len) for len = 1, 2, ... in turn, runs the
+ * decoder on their last position alone (the earlier positions' keys and values are kept from the
+ * calls before, so the earlier columns must be those calls' prefixes) and writes (rows, V)
+ * log-probabilities. */
+cf_status cf_model_decode_start(cf_model *m, int max_len);
+cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *logprobs);
 
 /* How cf_model_sample_next picks a byte. */
 typedef struct cf_sample_options {

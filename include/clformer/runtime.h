@@ -201,6 +201,10 @@ unsigned long long cf_buffer_live_bytes(void);
 /* Blocking copies of n floats (or 4-byte ints) at m. */
 cf_status cf_write(cf_context *ctx, cf_mem m, const void *src, size_t n);
 cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n);
+/* rows runs of `width` floats, row i from src + i * src_pitch to dst + i * dst_pitch (floats), on
+ * the queue (not blocking); the two regions must not overlap. */
+cf_status cf_copy_rows(cf_context *ctx, cf_mem dst, size_t dst_pitch, cf_mem src, size_t src_pitch, size_t width,
+                       size_t rows);
 /* n floats at m mapped for the host to read, once the queue's work before is done (blocking);
  * cf_unmap gives them back. The device must not write them meanwhile. */
 cf_status cf_map_read(cf_context *ctx, cf_mem m, size_t n, const float **host);

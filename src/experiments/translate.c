@@ -41,8 +41,18 @@ static cf_status encode_lines(const cf_bpe *bpe, const char *const *lines, size_
   return CF_OK;
 }
 
+/* The scorer: the decoder over whole prefixes (a beam reorders its rows from step to step), or for
+ * greedy search, whose rows stay put, over the new position alone with the rest cached. */
+typedef struct scorer {
+  cf_model *m;
+  int max_len, incremental;
+} scorer;
+
 static cf_status next_logprobs(void *user, const int *prefix, int n, int len, float *logprobs) {
-  return cf_model_next_logprobs(user, prefix, n, len, logprobs);
+  scorer *s = user;
+  if (!s->incremental) return cf_model_next_logprobs(s->m, prefix, n, len, logprobs);
+  if (len == 1) CF_TRY(cf_model_decode_start(s->m, s->max_len));
+  return cf_model_decode_next(s->m, prefix, len, logprobs);
 }
 
 /* Bytes of s that do not form UTF-8 as U+FFFD, each maximal invalid run of a character's bytes as one (what
@@ -93,7 +103,8 @@ static cf_status translate_batch(cf_model *m, const cf_bpe *bpe, const source *f
   }
   if (st == CF_OK) st = cf_model_encode(m, src, len, rows, S);
   cf_beam_options bo = {k, o->len_penalty, max_out, BOS, EOS, PAD, cf_model_vocab(m)};
-  if (st == CF_OK) st = cf_beam_search(&bo, count, next_logprobs, m, ids, lens, NULL);
+  scorer sc = {m, max_out, k == 1};
+  if (st == CF_OK) st = cf_beam_search(&bo, count, next_logprobs, &sc, ids, lens, NULL);
   for (int i = 0; st == CF_OK && i < count; i++) {
     size_t bytes;
     st = cf_bpe_decode(bpe, ids + (size_t)i * max_out, (size_t)lens[i], &out[from[i].line], &bytes);

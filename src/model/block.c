@@ -160,12 +160,29 @@ static cf_dropout probs_key(const cf_model *m, const block_stack *s, int l, int 
   return cf_block_dropout(m, s, l, which, m->mc.attn_dropout);
 }
 
+/* Incremental decoding: the new position's key and value (of each of the rows in qkv) join block
+ * l's cache, and its query attends to every position cached so far (the cache's key lengths). */
+static cf_status cached_self_attention(cf_model *m, const block_stack *s, int l) {
+  const decode_cache *c = &m->cache;
+  int C = m->C, HS = C / m->NH;
+  size_t block = (size_t)c->rows * c->len * 2 * C;
+  cf_mem qkv = A(s->la[l].qkv), kv = cf_at(c->kv, (size_t)l * block);
+  CF_TRY(cf_copy_rows(m->ctx, cf_shift(kv, (size_t)c->pos * 2 * C), (size_t)c->len * 2 * C, cf_shift(qkv, C), 3 * C,
+                      2 * (size_t)C, (size_t)c->rows));
+  cf_attention_dims d = {c->rows, 1, c->len, m->NH, HS, 0, 3 * C, 2 * C, 2 * C, C, (float)(1.0 / sqrt((double)HS))};
+  cf_dropout none = {0};
+  return cf_attention_fused_forward(m->ctx, A(s->la[l].atty), A(s->la[l].att), S(m->s_attn), qkv, kv, cf_shift(kv, C),
+                                    cf_at(c->lens, 0), &d, none);
+}
+
 static cf_status self_attention_forward(cf_model *m, const block_stack *s, int l, cf_mem inp) {
   const layer_params *p = &s->lp[l];
   const layer_acts *a = &s->la[l];
   int C = m->C, N = rows(s);
   CF_TRY(cf_linear_forward(m, N, A(a->qkv), inp, p->qkv_w, p->qkv_b, C, 3 * C));
-  if (m->mc.attention == CF_ATTENTION_FUSED) {  /* att holds the rows' logsumexp (layout.c) */
+  if (s->decoding) {
+    CF_TRY(cached_self_attention(m, s, l));
+  } else if (m->mc.attention == CF_ATTENTION_FUSED) {  /* att holds the rows' logsumexp (layout.c) */
     cf_attention_dims d = self_dims(m, s);
     cf_mem qkv = A(a->qkv);
     CF_TRY(cf_attention_fused_forward(m->ctx, A(a->atty), A(a->att), S(m->s_attn), qkv, cf_shift(qkv, C),

@@ -93,6 +93,8 @@ void cf_model_free(cf_model *m) {
   cf_upload_free(&m->targets);
   cf_upload_free(&m->sources);
   cf_upload_free(&m->source_lens);
+  cf_buffer_free(m->cache.kv);
+  cf_buffer_free(m->cache.lens);
   free(m->stage);
   cf_model_lay_out_free(m);
   free(m);
@@ -184,11 +186,11 @@ cf_status cf_model_init(cf_model *m, uint64_t seed) {
 /* An optional buffer left out (no learned positions, no momentum, no clipping norm). */
 static cf_mem absent(void) { return cf_at(NULL, 0); }
 
-static float token_scale(const cf_model *m) { return m->mc.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
+float cf_model_token_scale(const cf_model *m) { return m->mc.scale_embeddings ? sqrtf((float)m->C) : 1.0f; }
 
 cf_status cf_model_embed(cf_model *m, const block_stack *s, const cf_upload *ids) {
   CF_TRY(cf_embedding_forward(m->ctx, A(s->emb), cf_at(cf_upload_current(ids), 0), P(m->wte),
-                              m->wpe == SIZE_MAX ? absent() : P(m->wpe), s->B, s->T, m->C, m->V, token_scale(m)));
+                              m->wpe == SIZE_MAX ? absent() : P(m->wpe), s->B, s->T, m->C, m->V, cf_model_token_scale(m)));
   return cf_dropout_forward(m->ctx, A(s->emb), (size_t)s->B * s->T * m->C,
                             cf_block_dropout(m, s, -1, s->emb_key, m->mc.dropout));
 }
@@ -197,7 +199,7 @@ static cf_status embed_backward(cf_model *m, const block_stack *s, const cf_uplo
   cf_mem d = S(m->s_stream);
   CF_TRY(cf_dropout_backward(m->ctx, d, (size_t)s->B * s->T * m->C, cf_block_dropout(m, s, -1, s->emb_key, m->mc.dropout)));
   return cf_embedding_backward(m->ctx, G(m->wte), m->wpe == SIZE_MAX ? absent() : G(m->wpe), d,
-                               cf_at(cf_upload_current(ids), 0), s->B, s->T, m->C, m->V, token_scale(m));
+                               cf_at(cf_upload_current(ids), 0), s->B, s->T, m->C, m->V, cf_model_token_scale(m));
 }
 
 /* An accumulated step's mean loss: the parts' losses summed into step_loss, divided at the last. */

@@ -66,7 +66,17 @@ typedef struct block_stack {
   int B, T;              /* this forward's shape */
   int causal, cross;     /* the decoder's mask; cross-attention to the encoder's output */
   cf_mem key_len;        /* self-attention padding, int (B), or buf NULL */
+  int decoding;          /* incremental decoding (seq2seq.c): T = 1, the new position of each row,
+                            whose self-attention reads the model's key/value cache */
 } block_stack;
+
+/* Incremental decoding's state: each decoder block's keys | values of every position decoded so far,
+ * (rows, len, 2C) a block, and the keys each row sees (int (rows)): made by cf_model_decode_start. */
+typedef struct decode_cache {
+  cl_mem kv, lens;
+  size_t floats;         /* of kv as allocated */
+  int rows, len, pos;    /* rows and positions laid out; the position being decoded */
+} decode_cache;
 
 /* A per-step upload of n ints to the device, double-buffered so that no step waits for the one
  * before it (model/transfer.c). Copying: the ints go to a host slot and a non-blocking write
@@ -105,6 +115,7 @@ struct cf_model {
   int seq2seq;               /* an encoder-decoder (mc.arch) */
   block_stack dec, enc;      /* the language model is dec alone */
   int *stage;                /* encoder-decoder: a batch's ids padded to the rows laid out, for upload */
+  decode_cache cache;        /* encoder-decoder: incremental decoding (seq2seq.c) */
   cf_tensor_view *views;
   int nviews, cap_views;
   size_t nparams;
@@ -156,6 +167,8 @@ cf_status cf_cross_memory(cf_model *m);
  * s_dmem. Tells cf_tell_grads_ready after each block. */
 cf_status cf_stack_backward(cf_model *m, const block_stack *s);
 /* ---- model.c, for seq2seq.c ---- */
+/* What token embeddings are multiplied by: sqrt(C) with model.scale_embeddings, else 1. */
+float cf_model_token_scale(const cf_model *m);
 /* A stack's embedding of the ids last uploaded to `ids`, with its dropout. */
 cf_status cf_model_embed(cf_model *m, const block_stack *s, const cf_upload *ids);
 /* A forward's bookkeeping: micro-batch `part` of `parts` at `step`; the step's micro-batches over

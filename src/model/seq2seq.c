@@ -93,6 +93,70 @@ static void log_softmax_rows(float *x, int B, int V) {
   }
 }
 
+/* Log-probabilities (B, V) from the decoder's output rows (stride `stride` floats) at `first`. */
+static cf_status output_logprobs(cf_model *m, cf_mem first, size_t stride, int B, float *logprobs) {
+  int C = m->C, V = m->V;
+  CF_TRY(cf_gemm(m->ctx, 0, 1, (size_t)B, (size_t)V, (size_t)C, 1.0f, first, stride, P(m->out_w), (size_t)C, 0.0f,
+                 A(m->logits), (size_t)V));
+  CF_TRY(cf_read(m->ctx, A(m->logits), logprobs, (size_t)B * V));
+  log_softmax_rows(logprobs, B, V);
+  return CF_OK;
+}
+
+cf_status cf_model_decode_start(cf_model *m, int max_len) {
+  CF_TRY(need_seq2seq(m, "decoding"));
+  decode_cache *c = &m->cache;
+  int R = m->enc.B;
+  if (R < 1) return CF_FAIL(CF_ERR_INVALID_ARG, "decoding needs cf_model_encode first");
+  if (max_len < 1 || max_len > m->T || (size_t)R * max_len > (size_t)m->B * m->T)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "%d rows of %d positions: the model holds sequences of at most %d tokens and %d "
+                   "tokens a batch", R, max_len, m->T, m->B * m->T);
+  size_t floats = (size_t)m->dec.L * R * max_len * 2 * m->C;
+  if (floats > c->floats) {  /* grown as needed, kept for the next sentences */
+    cf_buffer_free(c->kv);
+    c->kv = NULL;
+    c->floats = 0;
+    CF_TRY(cf_buffer_create(m->ctx, floats * 4, &c->kv));
+    c->floats = floats;
+  }
+  if (!c->lens) CF_TRY(cf_buffer_create(m->ctx, (size_t)m->B * m->T * sizeof(int), &c->lens));
+  c->rows = R;
+  c->len = max_len;
+  c->pos = 0;
+  return CF_OK;
+}
+
+cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *logprobs) {
+  CF_TRY(need_seq2seq(m, "decoding"));
+  decode_cache *c = &m->cache;
+  if (!c->rows || c->rows != m->enc.B || len != c->pos + 1 || len > c->len)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "decoding position %d: cf_model_decode_start first, then positions 1, 2, ... "
+                   "up to its %d in turn", len, c->len);
+  int R = c->rows, C = m->C;
+  CF_TRY(check_side(m, "prefix", prefix, R, len));
+  m->train = 0;
+  m->count = 0;
+  /* the new position's embedding: every position embedded (a lookup), the last of each row kept */
+  cf_mem all = cf_arena_at(&m->scratch, m->s_dqkv);
+  CF_TRY(cf_model_upload_ids(m, &m->tokens, prefix, (size_t)R * len));
+  CF_TRY(cf_embedding_forward(m->ctx, all, cf_at(cf_upload_current(&m->tokens), 0), P(m->wte),
+                              m->wpe == SIZE_MAX ? cf_at(NULL, 0) : P(m->wpe), R, len, C, m->V, cf_model_token_scale(m)));
+  CF_TRY(cf_copy_rows(m->ctx, A(m->dec.emb), (size_t)C, cf_shift(all, (size_t)(len - 1) * C), (size_t)len * C,
+                      (size_t)C, (size_t)R));
+  int *lens = m->stage;  /* every row sees its len positions */
+  for (int r = 0; r < R; r++) lens[r] = len;
+  CF_TRY(cf_write(m->ctx, cf_at(c->lens, 0), lens, (size_t)R));
+  c->pos = len - 1;
+  m->dec.B = R;
+  m->dec.T = 1;
+  m->dec.decoding = 1;
+  cf_status st = cf_stack_forward(m, &m->dec);
+  m->dec.decoding = 0;
+  CF_TRY(st);
+  c->pos = len;
+  return output_logprobs(m, cf_stack_output(m, &m->dec), (size_t)C, R, logprobs);
+}
+
 cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs) {
   CF_TRY(need_seq2seq(m, "decoding"));
   if (B != m->enc.B)
@@ -102,11 +166,6 @@ cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len,
   m->count = 0;
   CF_TRY(decoder_forward(m, "prefix", prefix, B, len));
   /* the output projection of each row's last position only: rows at a stride of len x C */
-  int C = m->C, V = m->V;
-  cf_mem last = cf_shift(cf_stack_output(m, &m->dec), (size_t)(len - 1) * C);
-  CF_TRY(cf_gemm(m->ctx, 0, 1, (size_t)B, (size_t)V, (size_t)C, 1.0f, last, (size_t)len * C, P(m->out_w), (size_t)C,
-                 0.0f, A(m->logits), (size_t)V));
-  CF_TRY(cf_read(m->ctx, A(m->logits), logprobs, (size_t)B * V));
-  log_softmax_rows(logprobs, B, V);
-  return CF_OK;
+  size_t C = (size_t)m->C;
+  return output_logprobs(m, cf_shift(cf_stack_output(m, &m->dec), (size_t)(len - 1) * C), (size_t)len * C, B, logprobs);
 }

@@ -52,6 +52,15 @@ cf_status cf_read(cf_context *ctx, cf_mem m, void *dst, size_t n) {
   return CF_OK;
 }
 
+cf_status cf_copy_rows(cf_context *ctx, cf_mem dst, size_t dst_pitch, cf_mem src, size_t src_pitch, size_t width,
+                       size_t rows) {
+  if (rows == 0 || width == 0) return CF_OK;
+  size_t src_origin[3] = {src.off * 4, 0, 0}, dst_origin[3] = {dst.off * 4, 0, 0}, region[3] = {width * 4, rows, 1};
+  CF_CHECK(clEnqueueCopyBufferRect(ctx->queue, src.buf, dst.buf, src_origin, dst_origin, region, src_pitch * 4, 0,
+                                   dst_pitch * 4, 0, 0, NULL, NULL));
+  return CF_OK;
+}
+
 cf_status cf_map_read(cf_context *ctx, cf_mem m, size_t n, const float **host) {
   cl_int err;
   *host = clEnqueueMapBuffer(ctx->queue, m.buf, CL_TRUE, CL_MAP_READ, m.off * 4, (n ? n : 1) * 4, 0, NULL, NULL, &err);

@@ -216,6 +216,26 @@ static void decoding_matches_forward(cf_context *ctx, int norm) {
   }
   TEST_ASSERT(worst <= 1e-4, "next-token log-probabilities differ from the forward's by %g (prefix length %d)", worst,
               worst_t);
+  /* incremental decoding (the keys and values of earlier positions cached) gives the same */
+  worst = 0;
+  worst_t = -1;
+  TEST_OK(cf_model_decode_start(m, T));
+  for (int len = 1; len <= T; len++) {
+    for (int i = 0; i < B; i++) memcpy(prefix + i * len, b.tgt_in + i * T, (size_t)len * sizeof(int));
+    TEST_OK(cf_model_decode_next(m, prefix, len, lp));
+    for (int i = 0; i < B; i++) {
+      const float *row = teacher + ((size_t)i * T + len - 1) * V;
+      double most = row[0], sum = 0;
+      for (int v = 1; v < V; v++) most = fmax(most, row[v]);
+      for (int v = 0; v < V; v++) sum += exp(row[v] - most);
+      for (int v = 0; v < V; v++) {
+        double err = fabs(lp[i * V + v] - (row[v] - most - log(sum)));
+        if (!(err <= worst)) worst = err, worst_t = len;
+      }
+    }
+  }
+  TEST_ASSERT(worst <= 1e-4, "incremental decoding differs from the forward by %g (position %d)", worst, worst_t);
+  TEST_ASSERT(cf_model_decode_next(m, prefix, 2, lp) == CF_ERR_INVALID_ARG, "a position out of turn");
   /* a backward needs a forward with targets, not a decode */
   TEST_ASSERT(cf_model_backward(m) == CF_ERR_INVALID_ARG, "backward after decoding");
   free(teacher);
