@@ -200,7 +200,7 @@ cf_status cf_model_encode(cf_model *m, const int *src, const int *src_len, int B
  * first), prefix row i attending to encoded row i: the decoder run over the prefixes, the output
  * projection of their last positions only. */
 cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs);
-/* The same, incrementally, for rows that keep their place from step to step (greedy decoding):
+/* The same, incrementally:
  * cf_model_decode_start, after cf_model_encode, keeps room for max_len positions of every encoded
  * row (at most data.max_len, and rows x max_len at most the tokens a side the model holds); then
  * each cf_model_decode_next takes the prefixes (rows, len) for len = 1, 2, ... in turn, runs the
@@ -209,6 +209,9 @@ cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len,
  * log-probabilities. */
 cf_status cf_model_decode_start(cf_model *m, int max_len);
 cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *logprobs);
+/* For a beam, whose rows change places: row i goes on from row parents[i]'s prefix (0 <= parents[i]
+ * < rows), so the kept keys and values move with it, before the next cf_model_decode_next. */
+cf_status cf_model_decode_reorder(cf_model *m, const int *parents);
 
 /* How cf_model_sample_next picks a byte. */
 typedef struct cf_sample_options {

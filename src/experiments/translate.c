@@ -1,6 +1,7 @@
 /* Translating text with a trained encoder-decoder: BPE in, beam search on the device, BPE out; and
  * the BLEU of a test set's translations. Sentences of similar length share a batch, each repeated
  * once per hypothesis (row s*beam + k of the model's batch is hypothesis k of sentence s). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base/base.h"
@@ -41,53 +42,51 @@ static cf_status encode_lines(const cf_bpe *bpe, const char *const *lines, size_
   return CF_OK;
 }
 
-/* The scorer: the decoder over whole prefixes (a beam reorders its rows from step to step), or for
- * greedy search, whose rows stay put, over the new position alone with the rest cached. */
+/* The scorer: the decoder over each row's new position, the earlier positions' keys and values
+ * kept (cf_model_decode_next). A beam's rows change places from step to step, so the kept rows
+ * follow their hypotheses: each row's parent is the row of the step before whose prefix it
+ * extends. */
 typedef struct scorer {
   cf_model *m;
-  int max_len, incremental;
+  int max_len, beam;
+  int known;            /* ids the BPE has; a model's larger vocabulary (data.vocab_size) has unused ones */
+  int *prev, *parents;  /* the last step's prefixes (n, len - 1); each row's parent */
 } scorer;
+
+/* Each row's parent among its sentence's rows (itself when its own prefix goes on); whether any
+ * row moved. A row holding no hypothesis may match none: its scores are ignored, so it stays. */
+static int find_parents(scorer *s, const int *prefix, int n, int len) {
+  int moved = 0, L = len - 1;
+  size_t bytes = (size_t)L * sizeof *prefix;
+  for (int i = 0; i < n; i++) {
+    const int *mine = prefix + (size_t)i * len;
+    int parent = i, first = i / s->beam * s->beam;
+    if (memcmp(mine, s->prev + (size_t)i * L, bytes))
+      for (int j = first; j < first + s->beam; j++)
+        if (!memcmp(mine, s->prev + (size_t)j * L, bytes)) {
+          parent = j;
+          break;
+        }
+    s->parents[i] = parent;
+    moved |= parent != i;
+  }
+  return moved;
+}
 
 static cf_status next_logprobs(void *user, const int *prefix, int n, int len, float *logprobs) {
   scorer *s = user;
-  if (!s->incremental) return cf_model_next_logprobs(s->m, prefix, n, len, logprobs);
   if (len == 1) CF_TRY(cf_model_decode_start(s->m, s->max_len));
-  return cf_model_decode_next(s->m, prefix, len, logprobs);
-}
-
-/* Bytes of s that do not form UTF-8 as U+FFFD, each maximal invalid run of a character's bytes as one (what
- * Python's bytes.decode('utf-8', errors='replace') gives): a model that has learned little may end a
- * sentence inside a character or emit any byte, and BLEU (and whoever reads the output) takes text. */
-static cf_status valid_utf8(char **text) {
-  const unsigned char *s = (const unsigned char *)*text;
-  size_t n = strlen(*text), o = 0;
-  unsigned char *out = malloc(3 * n + 1);  /* at worst each byte becomes the 3 bytes of U+FFFD */
-  if (!out) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    int need = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-    /* the second byte's range rules out overlong forms, surrogates and code points past U+10FFFF */
-    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    int got = 0;
-    while (need > 0 && got < need && i + 1 + got < n) {
-      unsigned b = s[i + 1 + got];
-      if (got == 0 ? b < lo || b > hi : b < 0x80 || b > 0xBF) break;
-      got++;
-    }
-    if (need >= 0 && got == need) {
-      memcpy(out + o, s + i, (size_t)need + 1);
-      o += (size_t)need + 1;
-    } else {
-      memcpy(out + o, "\xEF\xBF\xBD", 3);
-      o += 3;
-    }
-    i += (size_t)got + 1;
-  }
-  out[o] = 0;
-  free(*text);
-  *text = (char *)out;
+  else if (find_parents(s, prefix, n, len)) CF_TRY(cf_model_decode_reorder(s->m, s->parents));
+  CF_TRY(cf_model_decode_next(s->m, prefix, len, logprobs));
+  memcpy(s->prev, prefix, (size_t)n * len * sizeof *prefix);
+  int V = cf_model_vocab(s->m);
+  for (int i = 0; i < n; i++)  /* an id the BPE never made is never the answer */
+    for (int v = s->known; v < V; v++) logprobs[(size_t)i * V + v] = -INFINITY;
   return CF_OK;
 }
+
+/* The longest output of a source of S tokens: twice its length and some, within the model. */
+static int output_limit(int S, int max_len) { return 2 * S + 10 < max_len ? 2 * S + 10 : max_len; }
 
 /* Sentences from[0..count) (all of at most S tokens), beam-searched; their translations' text. */
 static cf_status translate_batch(cf_model *m, const cf_bpe *bpe, const source *from, int count, int S, int max_out,
@@ -95,30 +94,34 @@ static cf_status translate_batch(cf_model *m, const cf_bpe *bpe, const source *f
   int k = o->beam, rows = count * k;
   int *src = calloc((size_t)rows * S, sizeof *src), *len = malloc((size_t)rows * sizeof *len);
   int *ids = malloc((size_t)count * max_out * sizeof *ids), *lens = malloc((size_t)count * sizeof *lens);
-  cf_status st = src && len && ids && lens ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  scorer sc = {m, max_out, k, cf_bpe_vocab_size(bpe), malloc((size_t)rows * max_out * sizeof(int)),
+               malloc((size_t)rows * sizeof(int))};
+  cf_status st = src && len && ids && lens && sc.prev && sc.parents ? CF_OK : CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   for (int r = 0; st == CF_OK && r < rows; r++) {
     const source *s = &from[r / k];
     memcpy(src + (size_t)r * S, s->ids, (size_t)s->n * sizeof *src);
     len[r] = s->n;
   }
   if (st == CF_OK) st = cf_model_encode(m, src, len, rows, S);
-  cf_beam_options bo = {k, o->len_penalty, max_out, BOS, EOS, PAD, cf_model_vocab(m)};
-  scorer sc = {m, max_out, k == 1};
+  int *limits = malloc((size_t)count * sizeof *limits);  /* each sentence's own, as if alone */
+  for (int i = 0; limits && i < count; i++) limits[i] = output_limit(from[i].n, cf_model_seq_len(m));
+  if (st == CF_OK && !limits) st = CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  cf_beam_options bo = {k, o->len_penalty, max_out, BOS, EOS, PAD, cf_model_vocab(m), limits};
   if (st == CF_OK) st = cf_beam_search(&bo, count, next_logprobs, &sc, ids, lens, NULL);
   for (int i = 0; st == CF_OK && i < count; i++) {
     size_t bytes;
     st = cf_bpe_decode(bpe, ids + (size_t)i * max_out, (size_t)lens[i], &out[from[i].line], &bytes);
-    if (st == CF_OK) st = valid_utf8(&out[from[i].line]);
+    if (st == CF_OK) st = cf_utf8_replace_invalid(&out[from[i].line]);
   }
   free(src);
   free(len);
   free(ids);
   free(lens);
+  free(sc.prev);
+  free(sc.parents);
+  free(limits);
   return st;
 }
-
-/* The longest output of a source of S tokens: twice its length and some, within the model. */
-static int output_limit(int S, int max_len) { return 2 * S + 10 < max_len ? 2 * S + 10 : max_len; }
 
 cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *lines, size_t n,
                              const cf_translate_options *o, char **out, size_t *truncated, cf_progress_fn progress,

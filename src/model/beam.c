@@ -41,6 +41,10 @@ static cf_status check_options(const cf_beam_options *o, int S, cf_next_logprobs
   if (b < 0 || b >= o->V || e < 0 || e >= o->V || p < 0 || p >= o->V || b == e || b == p || e == p)
     return CF_FAIL(CF_ERR_INVALID_ARG, "beam search: bos %d, eos %d and pad %d must be distinct ids below V = %d",
                    b, e, p, o->V);
+  for (int s = 0; o->max_lens && s < S; s++)
+    if (o->max_lens[s] < 1 || o->max_lens[s] > o->max_len)
+      return CF_FAIL(CF_ERR_INVALID_ARG, "beam search: sentence %d's max_len %d is outside [1, %d]", s, o->max_lens[s],
+                     o->max_len);
   if (S > INT_MAX / o->beam)  /* the scorer counts rows in an int */
     return CF_FAIL(CF_ERR_INVALID_ARG, "beam search: %d sentences x beam %d rows is too many", S, o->beam);
   return CF_OK;
@@ -119,8 +123,8 @@ static void offer(candidate *cand, int *count, int K, candidate c) {
 
 /* Tokens a hypothesis may take at step t: never pad or bos (no target holds them), only eos at
  * the last step. */
-static int allowed(const cf_beam_options *o, int v, int t) {
-  if (t == o->max_len) return v == o->eos;
+static int allowed(const cf_beam_options *o, int s, int v, int t) {
+  if (t == (o->max_lens ? o->max_lens[s] : o->max_len)) return v == o->eos;
   return v != o->pad && v != o->bos;
 }
 
@@ -139,7 +143,7 @@ static cf_status gather(beam_state *b, int s, int t, int *count) {
                        "hypothesis %d of sentence %d at step %d (row %d of %d)", v, isnan(lp[v]) ? "NaN" : "+inf",
                        k, s, t, r, b->n);
       candidate c = {b->score[r] + lp[v], v, k};
-      if (allowed(o, v, t) && c.score > -INFINITY) offer(b->cand, count, b->K, c);
+      if (allowed(o, s, v, t) && c.score > -INFINITY) offer(b->cand, count, b->K, c);
     }
   }
   return CF_OK;
@@ -185,7 +189,7 @@ static void carry(beam_state *b, int r0, int count, int empty) {
 
 /* One step of sentence s: eos among the first beam candidates finishes (while fewer than beam have),
  * the first beam other candidates go on; the sentence is done with beam finished or none going on
- * (always so at max_len, where only eos is allowed). */
+ * (always so at its max_len, where only eos is allowed). */
 static cf_status step_sentence(beam_state *b, int s, int t) {
   int beam = b->o->beam, count, kept = 0;
   CF_TRY(gather(b, s, t, &count));

@@ -22,6 +22,7 @@ typedef struct cf_beam_options {
                           step eos is forced, so an output holds at most max_len - 1 ids */
   int bos, eos, pad;   /* distinct ids in [0, V); pad and bos are never generated */
   int V;               /* vocabulary size, >= 3 */
+  const int *max_lens; /* sentence s's own limit, in [1, max_len], as max_len is for all; NULL: max_len */
 } cf_beam_options;
 
 /* Decode n_sentences at once. Each step takes, per sentence, the 2*beam best (cumulative log-

@@ -95,6 +95,7 @@ void cf_model_free(cf_model *m) {
   cf_upload_free(&m->source_lens);
   cf_buffer_free(m->cache.kv);
   cf_buffer_free(m->cache.lens);
+  cf_buffer_free(m->cache.moved);
   free(m->stage);
   cf_model_lay_out_free(m);
   free(m);

@@ -74,6 +74,7 @@ typedef struct block_stack {
  * (rows, len, 2C) a block, and the keys each row sees (int (rows)): made by cf_model_decode_start. */
 typedef struct decode_cache {
   cl_mem kv, lens;
+  cl_mem moved;          /* rows on their way to new places (cf_model_decode_reorder), as kv */
   size_t floats;         /* of kv as allocated */
   int rows, len, pos;    /* rows and positions laid out; the position being decoded */
 } decode_cache;

@@ -114,9 +114,11 @@ cf_status cf_model_decode_start(cf_model *m, int max_len) {
   size_t floats = (size_t)m->dec.L * R * max_len * 2 * m->C;
   if (floats > c->floats) {  /* grown as needed, kept for the next sentences */
     cf_buffer_free(c->kv);
-    c->kv = NULL;
+    cf_buffer_free(c->moved);
+    c->kv = c->moved = NULL;
     c->floats = 0;
     CF_TRY(cf_buffer_create(m->ctx, floats * 4, &c->kv));
+    CF_TRY(cf_buffer_create(m->ctx, floats * 4, &c->moved));
     c->floats = floats;
   }
   if (!c->lens) CF_TRY(cf_buffer_create(m->ctx, (size_t)m->B * m->T * sizeof(int), &c->lens));
@@ -155,6 +157,25 @@ cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *l
   CF_TRY(st);
   c->pos = len;
   return output_logprobs(m, cf_stack_output(m, &m->dec), (size_t)C, R, logprobs);
+}
+
+cf_status cf_model_decode_reorder(cf_model *m, const int *parents) {
+  CF_TRY(need_seq2seq(m, "decoding"));
+  decode_cache *c = &m->cache;
+  if (!c->rows) return CF_FAIL(CF_ERR_INVALID_ARG, "a reorder before cf_model_decode_start");
+  size_t row = (size_t)c->len * 2 * m->C, block = (size_t)c->rows * row, kept = (size_t)c->pos * 2 * m->C;
+  for (int i = 0; i < c->rows; i++)
+    if (parents[i] < 0 || parents[i] >= c->rows)
+      return CF_FAIL(CF_ERR_INVALID_ARG, "row %d's parent %d: not one of the %d rows", i, parents[i], c->rows);
+  /* each moving row's parent, every block's at once (blocks a pitch apart), aside; then into place */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < c->rows; i++) {
+      if (parents[i] == i) continue;
+      cf_mem from = pass ? cf_at(c->moved, i * row) : cf_at(c->kv, (size_t)parents[i] * row);
+      cf_mem to = pass ? cf_at(c->kv, i * row) : cf_at(c->moved, i * row);
+      CF_TRY(cf_copy_rows(m->ctx, to, block, from, block, kept, (size_t)m->dec.L));
+    }
+  return CF_OK;
 }
 
 cf_status cf_model_next_logprobs(cf_model *m, const int *prefix, int B, int len, float *logprobs) {
