@@ -184,8 +184,26 @@ static void check(cf_context *ctx, const char *py, const char *dir, int norm, in
   cf_model_free(m);
 }
 
+/* The largest difference between the log-probabilities lp (B, V) after prefixes of length len and
+ * the log-softmax of the teacher-forced logits (B, T, V) at position len - 1; NaN counts as worst. */
+static double worst_difference(const float *teacher, const float *lp, int len) {
+  double worst = 0;
+  for (int i = 0; i < B; i++) {
+    const float *row = teacher + ((size_t)i * T + len - 1) * V;
+    double most = row[0], sum = 0;
+    for (int v = 1; v < V; v++) most = fmax(most, row[v]);
+    for (int v = 0; v < V; v++) sum += exp(row[v] - most);
+    for (int v = 0; v < V; v++) {
+      double err = fabs(lp[i * V + v] - (row[v] - most - log(sum)));
+      if (!(err <= worst)) worst = err;
+    }
+  }
+  return worst;
+}
+
 /* Decoding: encode, then the log-probabilities after each prefix of the targets equal the
- * log-softmax of the teacher-forced forward's logits at that position (the decoder is causal). */
+ * log-softmax of the teacher-forced forward's logits at that position (the decoder is causal), over
+ * whole prefixes and incrementally (the keys and values of earlier positions kept). */
 static void decoding_matches_forward(cf_context *ctx, int norm) {
   cf_config c;
   seq2seq_config(&c, norm, 1, 0, CF_ACT_RELU);
@@ -198,43 +216,18 @@ static void decoding_matches_forward(cf_context *ctx, int norm) {
   for (int i = 0; i < B; i++)
     for (int t = 0; t < T; t++) TEST_OK(cf_model_logits(m, i, t, teacher + ((size_t)i * T + t) * V));
   TEST_OK(cf_model_encode(m, b.src, b.src_len, B, S));
-  int prefix[B * T], worst_t = -1;
-  double worst = 0;
-  for (int len = 1; len <= T; len++) {
-    for (int i = 0; i < B; i++) memcpy(prefix + i * len, b.tgt_in + i * T, (size_t)len * sizeof(int));
-    TEST_OK(cf_model_next_logprobs(m, prefix, B, len, lp));
-    for (int i = 0; i < B; i++) {
-      const float *row = teacher + ((size_t)i * T + len - 1) * V;
-      double most = row[0], sum = 0;
-      for (int v = 1; v < V; v++) most = fmax(most, row[v]);
-      for (int v = 0; v < V; v++) sum += exp(row[v] - most);
-      for (int v = 0; v < V; v++) {
-        double want = row[v] - most - log(sum), err = fabs(lp[i * V + v] - want);
-        if (!(err <= worst)) worst = err, worst_t = len;  /* NaN counts as worst */
-      }
+  int prefix[B * T];
+  for (int incremental = 0; incremental < 2; incremental++) {
+    if (incremental) TEST_OK(cf_model_decode_start(m, T));
+    for (int len = 1; len <= T; len++) {
+      for (int i = 0; i < B; i++) memcpy(prefix + i * len, b.tgt_in + i * T, (size_t)len * sizeof(int));
+      if (incremental) TEST_OK(cf_model_decode_next(m, prefix, len, lp));
+      else TEST_OK(cf_model_next_logprobs(m, prefix, B, len, lp));
+      double worst = worst_difference(teacher, lp, len);
+      TEST_ASSERT(worst <= 1e-4, "%s decoding differs from the forward by %g at prefix length %d",
+                  incremental ? "incremental" : "whole-prefix", worst, len);
     }
   }
-  TEST_ASSERT(worst <= 1e-4, "next-token log-probabilities differ from the forward's by %g (prefix length %d)", worst,
-              worst_t);
-  /* incremental decoding (the keys and values of earlier positions cached) gives the same */
-  worst = 0;
-  worst_t = -1;
-  TEST_OK(cf_model_decode_start(m, T));
-  for (int len = 1; len <= T; len++) {
-    for (int i = 0; i < B; i++) memcpy(prefix + i * len, b.tgt_in + i * T, (size_t)len * sizeof(int));
-    TEST_OK(cf_model_decode_next(m, prefix, len, lp));
-    for (int i = 0; i < B; i++) {
-      const float *row = teacher + ((size_t)i * T + len - 1) * V;
-      double most = row[0], sum = 0;
-      for (int v = 1; v < V; v++) most = fmax(most, row[v]);
-      for (int v = 0; v < V; v++) sum += exp(row[v] - most);
-      for (int v = 0; v < V; v++) {
-        double err = fabs(lp[i * V + v] - (row[v] - most - log(sum)));
-        if (!(err <= worst)) worst = err, worst_t = len;
-      }
-    }
-  }
-  TEST_ASSERT(worst <= 1e-4, "incremental decoding differs from the forward by %g (position %d)", worst, worst_t);
   TEST_ASSERT(cf_model_decode_next(m, prefix, 2, lp) == CF_ERR_INVALID_ARG, "a position out of turn");
   /* a backward needs a forward with targets, not a decode */
   TEST_ASSERT(cf_model_backward(m) == CF_ERR_INVALID_ARG, "backward after decoding");
