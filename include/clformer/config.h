@@ -135,6 +135,11 @@ void cf_config_write(const cf_config *c, FILE *f);
 /* The schema as a Markdown table: key, type, default, meaning. */
 void cf_config_print_keys(FILE *f);
 
+/* The (B, T) a model of config c is laid out for: data.batch_size x data.seq_len, or for an
+ * encoder-decoder ceil(data.max_tokens / data.max_len) x data.max_len (the tokens of a side a batch
+ * holds, the longest sentence). Validated configs only (encoder_layers resolved). */
+void cf_config_model_shape(const cf_config *c, int *B, int *T);
+
 /* Learning rate at a 1-based step: linear warm-up from 0 to lr over `warmup` steps, then the decay. */
 double cf_config_lr(const cf_config *c, int step);
 

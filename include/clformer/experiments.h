@@ -97,9 +97,11 @@ typedef struct cf_translate_options {
 /* Translations of lines[0..n) (malloc'd strings into out[0..n), free each): each line BPE-encoded
  * (at most data.max_len - 1 tokens, the rest cut and counted in *truncated, may be NULL), sorted by
  * length into batches the model holds (sentences x beam x the longest output at most its tokens a
- * side), beam-searched on the device (cf_beam_search over cf_model_next_logprobs), decoded back to
- * text (UTF-8: bytes that do not form it become U+FFFD, as Python's errors='replace'). An output has at most min(data.max_len, 2 x its source's tokens + 10) tokens, eos
- * included. progress (may be NULL): after each batch. */
+ * side), beam-searched (cf_beam_search on the host over incremental decoding on the device,
+ * cf_model_decode_next, the kept keys and values reordered as hypotheses change places), decoded
+ * back to text (UTF-8: bytes that do not form it, and NUL, become U+FFFD, as Python's
+ * errors='replace'). An output has at most min(data.max_len, 2 x its source's tokens + 10) tokens,
+ * eos included, and no id the BPE does not have. progress (may be NULL): after each batch. */
 cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *lines, size_t n,
                              const cf_translate_options *o, char **out, size_t *truncated, cf_progress_fn progress,
                              void *user);

@@ -48,6 +48,7 @@ typedef struct cf_memory_plan {
   unsigned long long global_mem, max_alloc;
   int fits;                            /* total <= global_mem and largest <= max_alloc (1 without a device) */
   int max_batch;                       /* the largest B that fits this device, up to 65536; 0: none does */
+  int seq2seq;                         /* an encoder-decoder's: B x T is data.max_tokens (for the advice) */
 } cf_memory_plan;
 
 /* The plan of the model mc and oc describe (validated: final_norm resolved) at batch B x T, compared
@@ -61,9 +62,7 @@ void cf_model_plan_write(const cf_memory_plan *plan, const char *prefix, FILE *f
  * batch that fits and what to change: the refusal cf_model_create, train and check give. */
 cf_status cf_model_fits(const cf_memory_plan *plan);
 
-/* The (B, T) cf_model_create and cf_model_plan take for config c: data.batch_size x data.seq_len,
- * or for an encoder-decoder ceil(data.max_tokens / data.max_len) x data.max_len (the tokens of a
- * side a batch holds, the longest sentence). */
+/* The (B, T) cf_model_create and cf_model_plan take for config c: cf_config_model_shape's. */
 void cf_model_shape(const cf_config *c, int *B, int *T);
 
 /* Lay out and allocate everything for batches of B sequences of T tokens: the model mc describes
@@ -212,6 +211,9 @@ cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *l
 /* For a beam, whose rows change places: row i goes on from row parents[i]'s prefix (0 <= parents[i]
  * < rows), so the kept keys and values move with it, before the next cf_model_decode_next. */
 cf_status cf_model_decode_reorder(cf_model *m, const int *parents);
+/* The cache's device memory given back (it is outside the memory plan: rows x max_len x 2C floats
+ * a decoder block, twice). A new encode, or a forward, makes the cache unusable in any case. */
+void cf_model_decode_end(cf_model *m);
 
 /* How cf_model_sample_next picks a byte. */
 typedef struct cf_sample_options {

@@ -51,8 +51,9 @@ static void print_started(const cf_train_event *e, const char *label, const char
   if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
     printf("%s%sencoder-decoder: %d encoder and %d decoder blocks, vocabulary %d (BPE)\n", label, sep,
            cfg->model.encoder_layers, cfg->model.layers, cfg->model.vocab);
-  printf("%s%s%s-LN, %d layers, d_model %d, %d heads, d_ff %d: %.2fM parameters, %.1f MiB of device memory on %s\n",
-         label, sep, cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers, cfg->model.d_model,
+  printf("%s%s%s-LN, %d %slayers, d_model %d, %d heads, d_ff %d: %.2fM parameters, %.1f MiB of device memory on %s\n",
+         label, sep, cfg->model.norm == CF_NORM_PRE ? "Pre" : "Post", cfg->model.layers,
+         cfg->model.arch == CF_ARCH_ENCODER_DECODER ? "decoder " : "", cfg->model.d_model,
          cfg->model.heads, cfg->model.d_ff, e->params / 1e6, e->device_bytes / 1048576.0, e->device_name);
   const cf_memory_plan *p = e->plan;
   char acc[96] = "";

@@ -94,9 +94,10 @@ int cf_parse_double(const char *s, double lo, double hi, double *out);
 cf_status cf_mkdirs_private(const char *path);
 cf_status cf_mkdirs(const char *path);
 
-/* *text (malloc'd, NUL-terminated) with every byte that does not form UTF-8 replaced by U+FFFD,
+/* The n bytes of *text (malloc'd) with every byte that does not form UTF-8 replaced by U+FFFD,
  * each maximal invalid run of a character's bytes as one, as Python's
- * bytes.decode('utf-8', errors='replace') does; *text is replaced by a new allocation. */
-cf_status cf_utf8_replace_invalid(char **text);
+ * bytes.decode('utf-8', errors='replace') does, and NUL too (text ends at NUL for its readers);
+ * *text is replaced by a new, NUL-terminated allocation. */
+cf_status cf_utf8_replace_invalid(char **text, size_t n);
 
 #endif

@@ -543,6 +543,38 @@ static cf_status validate_arch(cf_config *c) {
   return CF_OK;
 }
 
+void cf_config_model_shape(const cf_config *c, int *B, int *T) {
+  if (c->model.arch != CF_ARCH_ENCODER_DECODER) {
+    *B = c->data.batch_size;
+    *T = c->data.seq_len;
+    return;
+  }
+  *T = c->data.max_len;
+  *B = (c->data.max_tokens + c->data.max_len - 1) / c->data.max_len;
+}
+
+/* Every tensor's element count must fit the kernels' 32-bit indexing: the widest activation of the
+ * rows laid out, the attention probabilities (materialized), the parameters. */
+static cf_status validate_sizes(const cf_config *c) {
+  char w[1200];
+  int B, T, seq2seq = c->model.arch == CF_ARCH_ENCODER_DECODER;
+  cf_config_model_shape(c, &B, &T);
+  double N = (double)B * T, C = c->model.d_model;
+  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), (double)cf_config_vocab(c));
+  double att = seq2seq ? 0 : (double)B * c->model.heads * T * T;
+  double params = 12.0 * C * C * (c->model.layers + (seq2seq ? c->model.encoder_layers : 0)) +
+                  (seq2seq ? 4.0 * C * C * c->model.layers : 0);  /* blocks, and the decoder's cross-attention */
+  if (N * widest < 2147483648.0 && att < 2147483648.0 && params < 2147483648.0) return CF_OK;
+  if (seq2seq)
+    return CF_FAIL(CF_ERR_CONFIG, "%s: %d tokens a batch (data.max_tokens, in sequences of data.max_len = %d) with "
+                   "d_model %d, d_ff %d, %d + %d layers is too large: a tensor would exceed 2^31 elements",
+                   key_where(c, "data.max_tokens", w, sizeof w), B * T, T, c->model.d_model, c->model.d_ff,
+                   c->model.encoder_layers, c->model.layers);
+  return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
+                 "tensor would exceed 2^31 elements", key_where(c, "data.batch_size", w, sizeof w), B, T,
+                 c->model.d_model, c->model.d_ff, c->model.layers);
+}
+
 cf_status cf_config_validate(cf_config *c) {
   char w[1200];
   if (!c->data.train[0])
@@ -550,15 +582,7 @@ cf_status cf_config_validate(cf_config *c) {
                    c->source[0] ? ": " : "");
   if (!c->train.out[0]) return CF_FAIL(CF_ERR_CONFIG, "%s: must name a directory", key_where(c, "train.out", w, sizeof w));
   CF_TRY(validate_arch(c));
-  /* every tensor's element count must fit the kernels' 32-bit indexing */
-  int seq2seq = c->model.arch == CF_ARCH_ENCODER_DECODER;
-  double N = seq2seq ? (double)c->data.max_tokens : (double)c->data.batch_size * c->data.seq_len, C = c->model.d_model;
-  double widest = fmax(fmax(3 * C, (double)c->model.d_ff), (double)cf_config_vocab(c));
-  double att = seq2seq ? 0 : (double)c->data.batch_size * c->model.heads * c->data.seq_len * c->data.seq_len;
-  if (N * widest >= 2147483648.0 || att >= 2147483648.0 || 12.0 * C * C * c->model.layers >= 2147483648.0)
-    return CF_FAIL(CF_ERR_CONFIG, "%s: batch %d x seq_len %d with d_model %d, d_ff %d, %d layers is too large: a "
-                   "tensor would exceed 2^31 elements", key_where(c, "data.batch_size", w, sizeof w), c->data.batch_size,
-                   c->data.seq_len, c->model.d_model, c->model.d_ff, c->model.layers);
+  CF_TRY(validate_sizes(c));
   if ((double)c->train.accumulate * c->data.batch_size * c->data.seq_len >= 2147483648.0)
     return CF_FAIL(CF_ERR_CONFIG, "%s: %d micro-batches of %d x %d tokens are too many for one step (2^31 tokens)",
                    key_where(c, "train.accumulate", w, sizeof w), c->train.accumulate, c->data.batch_size,

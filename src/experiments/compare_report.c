@@ -24,7 +24,7 @@ static void aggregate_bleu(const run_rec *r, int n, agg *a) {
   a->bleu_min = INFINITY;
   a->bleu_max = -INFINITY;
   for (int i = 0; i < n; i++) {
-    if (!r[i].present || !isfinite(r[i].final_bleu)) continue;
+    if (!r[i].present || r[i].diverged || !isfinite(r[i].final_bleu)) continue;  /* as the losses' */
     a->bleu_runs++;
     sum += r[i].final_bleu;
     sum2 += r[i].final_bleu * r[i].final_bleu;
@@ -315,9 +315,11 @@ cf_status compare_write_report(const spec *s, run_rec **runs, double entropy, in
   if (s->seeds > 1) fprintf(f, "Losses are mean ± standard deviation [min, max] over the seeds' runs that did not diverge. ");
   if (translation(s)) {
     fprintf(f, "The validation loss is the mean over every target token of the validation pairs (label-smoothed); BLEU "
-               "is sacreBLEU's (13a tokenization, exp smoothing) of greedy translations of the first %d test sentences "
-               "(0: all), at each evaluation. A run is *diverged* when its loss or gradient became non-finite or "
-               "exceeded 3 ln V.\n\n", s->bleu_lines);
+               "is sacreBLEU's (13a tokenization, exp smoothing) of greedy translations of ");
+    if (s->bleu_lines) fprintf(f, "the first %d test sentences", s->bleu_lines);
+    else fprintf(f, "every test sentence");
+    fprintf(f, " at each evaluation; a final BLEU is over the runs that did not diverge. A run is *diverged* when its "
+               "loss or gradient became non-finite or exceeded 3 ln V.\n\n");
   } else {
     fprintf(f, "Validation is on the same evenly spaced windows of the validation text for every variant and seed. ");
     fprintf(f, "A run is *plateaued* when its final validation loss is within 0.05 of the unigram entropy (or above) "

@@ -41,7 +41,7 @@ static cf_status report_setting(spec *s, const char *key, yaml_node_t *v, const 
     if (*end || x < (seeds ? 1 : 0) || x > 1000000)
       return CF_FAIL(CF_ERR_CONFIG, "%s:%zu: %s: expected a %s integer, got '%s'", path, v->start_mark.line + 1, key,
                      seeds ? "positive" : "non-negative", val);
-    *(seeds ? &s->seeds : key[0] == 'b' ? &s->bleu_lines : &s->plateau_after) = (int)x;
+    *(seeds ? &s->seeds : !strcmp(key, "bleu_lines") ? &s->bleu_lines : &s->plateau_after) = (int)x;
   }
   return CF_OK;
 }

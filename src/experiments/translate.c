@@ -111,7 +111,7 @@ static cf_status translate_batch(cf_model *m, const cf_bpe *bpe, const source *f
   for (int i = 0; st == CF_OK && i < count; i++) {
     size_t bytes;
     st = cf_bpe_decode(bpe, ids + (size_t)i * max_out, (size_t)lens[i], &out[from[i].line], &bytes);
-    if (st == CF_OK) st = cf_utf8_replace_invalid(&out[from[i].line]);
+    if (st == CF_OK) st = cf_utf8_replace_invalid(&out[from[i].line], bytes);
   }
   free(src);
   free(len);
@@ -148,6 +148,7 @@ cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *
     if (st == CF_OK && progress) progress(user, (int)j, (int)n, "sentences", cf_now() - t0, 0);
     i = j;
   }
+  cf_model_decode_end(m);  /* the cache is outside the model's memory plan: not kept past translating */
   for (size_t i = 0; i < n; i++) free(src[i].ids);
   free(src);
   if (st != CF_OK)

@@ -143,9 +143,8 @@ static void layout_layer(cf_model *m, const block_stack *s, layer_acts *a, size_
   a->res2 = cf_arena_take(x, N * C);
   a->qkv = cf_arena_take(x, N * 3 * C);
   /* materialised: q, k, v per head and the probabilities (B, NH, T, T); fused: the logsumexp of
-   * each query row (B, NH, T) in att, and no permuted copy (the kernels read qkv in place). An
-   * encoder-decoder's B x T is its rows a side, so B*NH*T over-counts by T: B*NH*T/T suffices. */
-  size_t BNHT = m->seq2seq ? N * (size_t)m->NH : (size_t)m->B * m->NH * m->T;
+   * each query row (B, NH, T) in att, and no permuted copy (the kernels read qkv in place) */
+  size_t BNHT = N * (size_t)m->NH;
   int fused = m->mc.attention == CF_ATTENTION_FUSED;
   a->qkvp = fused ? SIZE_MAX : cf_arena_take(x, N * 3 * C);
   a->att = cf_arena_take(x, fused ? BNHT : BNHT * m->T);
@@ -230,10 +229,10 @@ static int layout_scratch(cf_model *m) {
 static int set_up_stacks(cf_model *m) {
   m->dec.L = m->L;
   m->dec.causal = 1;
-  m->dec.emb_key = 0;
+  m->dec.emb_key = DROP_EMB;
   if (m->seq2seq) {
     m->enc.L = m->mc.encoder_layers;
-    m->enc.emb_key = 5;  /* model.c's DROP_SRC_EMB */
+    m->enc.emb_key = DROP_SRC_EMB;
     m->dec.first_layer = m->enc.L;
     m->dec.cross = 1;
     m->enc.lp = calloc((size_t)m->enc.L, sizeof *m->enc.lp);

@@ -53,6 +53,7 @@ void cf_model_plan_of(const cf_model *m, const cf_device_info *dev, cf_memory_pl
   memset(p, 0, sizeof *p);
   p->batch = m->B;
   p->seq_len = m->T;
+  p->seq2seq = m->seq2seq;
   for (int i = 0; i < m->nviews; i++) p->params += m->views[i].numel;
   cf_model_flat_bytes f = cf_model_flat_sizes(m);
   p->parameters = f.params;

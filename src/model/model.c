@@ -1,8 +1,6 @@
-/* The Transformer LM: parameter layout and initialisation, forward and backward passes, the
- * optimizer step. Norm placement (Pre-LN or Post-LN) lives in block_forward/block_backward only,
- * as two readable call sequences with backward their exact mirror; the kernels know nothing of it.
- *
- * Linear layers store W as (out, in), as PyTorch does: y = x W^T + b. */
+/* The Transformer: creation and initialisation, the forward and backward of the language model
+ * (embedding, the stack of blocks in block.c, output and loss; the encoder-decoder's order of its
+ * two stacks is seq2seq.c's), the optimizer step, reads and writes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +52,13 @@ cf_status cf_model_fits(const cf_memory_plan *p) {
   cf_model_plan_write(p, "  ", f);
   fclose(f);
   while (len && text[len - 1] == '\n') text[--len] = 0;
+  const char *advice = p->seq2seq  ? "lower data.max_tokens, or choose a smaller model (model.d_model, model.layers, "
+                                     "model.encoder_layers, model.d_ff) or data.max_len"
+                     : p->max_batch ? "lower data.batch_size (and raise train.accumulate to keep the tokens per step)"
+                                    : "no batch size fits: choose a smaller model (model.d_model, model.layers, "
+                                      "model.d_ff) or data.seq_len";
   cf_status st = CF_FAIL(CF_ERR_CONFIG, "the model does not fit %s at batch %d x %d tokens:\n%s\n%s", p->device,
-                         p->batch, p->seq_len, text,
-                         p->max_batch ? "lower data.batch_size (and raise train.accumulate to keep the tokens per step)"
-                                      : "no batch size fits: choose a smaller model (model.d_model, model.layers, "
-                                        "model.d_ff) or data.seq_len");
+                         p->batch, p->seq_len, text, advice);
   free(text);
   return st;
 }
@@ -93,9 +93,7 @@ void cf_model_free(cf_model *m) {
   cf_upload_free(&m->targets);
   cf_upload_free(&m->sources);
   cf_upload_free(&m->source_lens);
-  cf_buffer_free(m->cache.kv);
-  cf_buffer_free(m->cache.lens);
-  cf_buffer_free(m->cache.moved);
+  cf_model_decode_end(m);
   free(m->stage);
   cf_model_lay_out_free(m);
   free(m);

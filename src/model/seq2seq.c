@@ -34,6 +34,7 @@ static cf_status check_side(const cf_model *m, const char *side, const int *ids,
  * and values of its output. */
 static cf_status encoder_forward(cf_model *m, const int *src, const int *src_len) {
   block_stack *e = &m->enc;
+  m->cache.rows = 0;  /* the cache holds other sentences' keys and values now */
   CF_TRY(check_side(m, "source", src, e->B, e->T));
   for (int b = 0; b < e->B; b++)
     if (src_len[b] < 1 || src_len[b] > e->T)
@@ -157,6 +158,14 @@ cf_status cf_model_decode_next(cf_model *m, const int *prefix, int len, float *l
   CF_TRY(st);
   c->pos = len;
   return output_logprobs(m, cf_stack_output(m, &m->dec), (size_t)C, R, logprobs);
+}
+
+void cf_model_decode_end(cf_model *m) {
+  decode_cache *c = &m->cache;
+  cf_buffer_free(c->kv);
+  cf_buffer_free(c->moved);
+  cf_buffer_free(c->lens);
+  memset(c, 0, sizeof *c);
 }
 
 cf_status cf_model_decode_reorder(cf_model *m, const int *parents) {

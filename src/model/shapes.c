@@ -50,12 +50,4 @@ double cf_model_gemm_flops(const cf_config *cfg) {
   return flops;
 }
 
-void cf_model_shape(const cf_config *c, int *B, int *T) {
-  if (c->model.arch != CF_ARCH_ENCODER_DECODER) {
-    *B = c->data.batch_size;
-    *T = c->data.seq_len;
-    return;
-  }
-  *T = c->data.max_len;
-  *B = (c->data.max_tokens + c->data.max_len - 1) / c->data.max_len;
-}
+void cf_model_shape(const cf_config *c, int *B, int *T) { cf_config_model_shape(c, B, T); }

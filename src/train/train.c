@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "clformer/runtime.h"
 #include "clformer/ops.h"
 #include "clformer/train.h"
@@ -616,7 +617,11 @@ static cf_status start(run *r) {
   if (st == CF_OK) st = cf_model_plan(&cfg->model, &cfg->optim, B, T, cf_context_device(r->ctx), &plan);
   if (st == CF_OK) st = cf_model_fits(&plan);
   if (st == CF_OK && r->writer) st = open_run_dir(r);
-  /* the subword vocabulary lives in the run directory: learned by a fresh run, read by a resume */
+  /* the subword vocabulary lives in the run directory: learned by a run from step 0 (again, when one
+   * that stopped before its first checkpoint left its file: that may be another config's), read back
+   * by a resume */
+  if (st == CF_OK && r->seq2seq && !r->from_checkpoint && unlink(r->merges) != 0 && errno != ENOENT)
+    st = CF_FAIL(CF_ERR_IO, "cannot replace %s: %s", r->merges, strerror(errno));
   if (st == CF_OK && r->seq2seq) st = cf_translation_open(&r->tr, cfg, r->merges);
   CF_TRY(cf_dist_agree(st));
   CF_TRY(cf_dist_bcast(&r->from_checkpoint, sizeof r->from_checkpoint, 0));

@@ -41,7 +41,7 @@ static char *plain(cf_model *m, const cf_bpe *bpe, int i, int beam) {
   char *text;
   size_t bytes;
   TEST_OK(cf_bpe_decode(bpe, ids, (size_t)len, &text, &bytes));
-  TEST_OK(cf_utf8_replace_invalid(&text));  /* as cf_translate_lines gives text */
+  TEST_OK(cf_utf8_replace_invalid(&text, bytes));  /* as cf_translate_lines gives text */
   free(rows);
   free(lens);
   return text;

@@ -64,7 +64,9 @@ static cf_pair_input input_of(const batch *b) {
 
 static cf_model *make_model(cf_context *ctx, cf_config *c) {
   cf_model *m;
-  TEST_OK(cf_model_create(ctx, &c->model, &c->optim, c->seed, c->data.max_tokens / c->data.max_len, c->data.max_len, &m));
+  int Bm, Tm;
+  cf_model_shape(c, &Bm, &Tm);
+  TEST_OK(cf_model_create(ctx, &c->model, &c->optim, c->seed, Bm, Tm, &m));
   TEST_OK(cf_model_init(m, 5));
   /* LN gains and biases off their initial values, so their gradients are exercised */
   size_t P = cf_model_flat_floats(m);
