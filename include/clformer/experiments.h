@@ -51,7 +51,9 @@ typedef struct cf_gradnorm_options {
   cf_progress_fn progress;     /* after each (placement, depth, seed); NULL: none */
   void *user;
 } cf_gradnorm_options;
-/* Writes OUT/gradnorm.md, gradnorm.json and gradnorm.svg. */
+/* Writes OUT/gradnorm.md, gradnorm.json and gradnorm.svg: a language model's blocks, or an
+ * encoder-decoder's decoder and encoder blocks as two series (each depth both stacks' layer count; the
+ * BPE learned into OUT/bpe.merges). */
 cf_status cf_gradnorm(const cf_gradnorm_options *opts);
 /* Checks a gradnorm file as cf_gradnorm reads it, the --set overrides on its base, without a device:
  * the model of every placement and depth validated, the base's data opened. On success writes a
