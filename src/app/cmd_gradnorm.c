@@ -18,7 +18,8 @@ static const char *usage =
     "  out:         output directory (default runs/<config name>)\n"
     "\n"
     "  --seeds N       initialisations (overrides the file's seeds)\n"
-    "  --set KEY=VALUE override a key of the base (repeatable; model.layers is the depths' to set)\n"
+    "  --set KEY=VALUE override a key of the base (repeatable; model.layers, and an encoder-decoder's model.encoder_layers,\n"
+    "                  are the depths' to set)\n"
     "  --device SPEC   OpenCL device (default: $CLFORMER_DEVICE, then the base config's, then auto)\n"
     "  --out DIR       output directory (overrides the file's out)\n";
 
