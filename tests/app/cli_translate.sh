@@ -4,7 +4,7 @@
 # translations come a line an input line in order, greedy decoding copies most test sentences, BLEU is
 # high after training and near 0 after one step, the JSON report parses and agrees with `clformer
 # bleu`, and the refusals (exit 2): a language model's run, no bpe.merges beside the checkpoint, bad
-# options, a beam the model cannot hold, a config without data.test.
+# options, a beam the model cannot hold, a config without data.test. And a resumed run equals a straight one.
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
@@ -115,6 +115,22 @@ refuse "eval-bleu's options are not translate's" "unexpected argument '--json'" 
 refuse "an unknown split" "--split 'train' is not a split: test or valid" "$bin" eval-bleu run --split train
 refuse "a config without data.test" "config has no data.test" "$bin" eval-bleu step1
 refuse "a bad --limit" "--limit '-1' is not valid" "$bin" eval-bleu run --limit -1
+# a resumed encoder-decoder run is the run it continues: 2 x 30 steps equal 60 (dropout on, across an
+# epoch of 11 batches, so five epochs), the metrics rows and the final weights and moments, bit for bit
+common=(--set model.dropout=0.1 --set model.attn_dropout=0.1 --set train.eval_every=30 --set train.log_every=10
+        --set train.checkpoint_every=30 --set data.test= --quiet)
+"$bin" train "$tmp/copy.yaml" "${common[@]}" --set train.steps=60 --set train.out=straight >/dev/null 2>&1
+"$bin" train "$tmp/copy.yaml" "${common[@]}" --set train.steps=30 --set train.out=halves >/dev/null 2>&1
+"$bin" train "$tmp/copy.yaml" "${common[@]}" --set train.steps=60 --resume halves >/dev/null 2>&1
+python3 - "$tmp" <<'PY' && ok "a resumed run (30 + 30 steps, dropout on) equals a straight one of 60" || bad "resume differs"
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+rows = lambda d: [l.split(",")[:5] for l in open(f"{sys.argv[1]}/{d}/metrics.csv").read().split("\n")[1:] if l]
+a, b = tensors(f"{sys.argv[1]}/straight/checkpoint.safetensors"), tensors(f"{sys.argv[1]}/halves/checkpoint.safetensors")
+sys.exit(not (a == b and rows("straight") == rows("halves") and len(rows("straight")) == 6))
+PY
 "$bin" --help | grep -q '^  translate ' && "$bin" --help | grep -q '^  eval-bleu ' \
   && ok "clformer --help lists translate and eval-bleu" || bad "--help: $("$bin" --help)"
 exit $fail
