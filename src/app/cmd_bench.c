@@ -40,6 +40,9 @@
  *     tokens_per_s         batch_size * seq_len / median step
  *     flops_per_step       matrix-product FLOPs: 6 N P + 12 L B T^2 C, P = L (4 C^2 + 2 C F) + 256 C
  *     gflops               flops_per_step / median step
+ *     peak_device_bytes    the most device memory clformer's buffers held around the steps
+ *     memory_lower_bound_bytes  parameters + gradients + optimizer state + saved activations (the
+ *                          model's plan): what a step without recomputation cannot do with less
  *     startup              {"context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"}
  *                          seconds from the command's start (total_s: to the end of the first step);
  *                          cache_misses 0 means a warm kernel cache. null when the step was not run first.
