@@ -46,8 +46,8 @@ static int resume_keeps_out(const char *resume, char **sets, int nsets) {
  * this one from another working directory), so that the run's config.yaml tells the truth. */
 static void run_dir_as_out(cf_config *cfg, const char *resume) {
   char real[PATH_MAX];
-  if (realpath(resume, real) && strlen(real) < sizeof cfg->train.out)  /* a missing run is refused later */
-    snprintf(cfg->train.out, sizeof cfg->train.out, "%s", real);
+  size_t n;  /* a missing run is refused later; memcpy, as the compiler cannot see the bound for snprintf */
+  if (realpath(resume, real) && (n = strlen(real)) < sizeof cfg->train.out) memcpy(cfg->train.out, real, n + 1);
 }
 
 /* The config of this run: CONFIG (or RUN_DIR/config.yaml), the --set overrides, and, on resume, the
