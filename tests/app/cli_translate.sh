@@ -11,15 +11,7 @@ require_opencl
 cd "$tmp"
 
 # The corpus: 3 to 6 words a sentence, the target the source (copying learns in a few hundred steps).
-python3 - <<'PY'
-import random
-r = random.Random(7)
-words = "red blue green cat dog bird sun moon tree rock fish star big small old new".split()
-for split, n in (("train", 600), ("valid", 50), ("test", 100)):
-    lines = [" ".join(r.choice(words) for _ in range(r.randint(3, 6))) for _ in range(n)]
-    for side in ("src", "tgt"):
-        open(f"{split}.{side}", "w").write("\n".join(lines) + "\n")
-PY
+toy_pairs copy train=600 valid=50 test=100
 cat > copy.yaml <<'YAML'
 seed: 3
 data: {train: train, valid: valid, test: test, source_lang: src, target_lang: tgt, tokenizer: bpe, vocab_size: 300,

@@ -7,15 +7,7 @@ bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
 cd "$tmp"
-python3 - <<'PY'
-import random
-r = random.Random(7)
-words = "red blue green cat dog bird sun moon tree rock fish star big small old new".split()
-for split, n in (("train", 300), ("valid", 20)):
-    lines = [" ".join(r.choice(words) for _ in range(r.randint(3, 6))) for _ in range(n)]
-    open(f"{split}.src", "w").write("\n".join(lines) + "\n")
-    open(f"{split}.tgt", "w").write("\n".join(" ".join(reversed(l.split())) for l in lines) + "\n")
-PY
+toy_pairs reverse train=300 valid=20
 cat > gn.yaml <<'YAML'
 base:
   seed: 3

@@ -25,3 +25,20 @@ optim: {lr: 3e-3}
 train: $train
 YAML
 }
+
+# toy_pairs copy|reverse SPLIT=N...: SPLIT.src and SPLIT.tgt in the working directory, N sentences a line each
+# of 3 to 6 words out of 16 (seeded: the same files every run); the target is the source (copy) or its words in
+# reverse order. A translation task a tiny encoder-decoder learns in seconds.
+toy_pairs() {
+  python3 - "$@" <<'PY'
+import random, sys
+r = random.Random(7)
+words = "red blue green cat dog bird sun moon tree rock fish star big small old new".split()
+for arg in sys.argv[2:]:
+    split, n = arg.split("=")
+    lines = [" ".join(r.choice(words) for _ in range(r.randint(3, 6))) for _ in range(int(n))]
+    targets = lines if sys.argv[1] == "copy" else [" ".join(reversed(l.split())) for l in lines]
+    open(f"{split}.src", "w").write("\n".join(lines) + "\n")
+    open(f"{split}.tgt", "w").write("\n".join(targets) + "\n")
+PY
+}
