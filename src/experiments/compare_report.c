@@ -162,6 +162,29 @@ static void bleu_panel(FILE *f, const spec *s, run_rec **runs, const svg_panel *
     }
 }
 
+/* The learning-rate schedules, computed from each variant's config, in a panel at height y. */
+static void lr_panel(FILE *f, const spec *s, int log_steps, int maxstep, int y, int W) {
+  double lrmax = 0;
+  for (int i = 0; i < s->nv; i++) lrmax = fmax(lrmax, s->v[i].cfg.optim.lr);
+  svg_panel bot = {95, y, W - 125, 170, log_steps ? 1 : 0, maxstep, 0, lrmax * 1.1, log_steps, 0, "Learning-rate schedule",
+                   "step", "learning rate", 0};
+  svg_axes(f, &bot);
+  int np = 400;
+  double *xs = malloc((size_t)np * sizeof *xs), *ys = malloc((size_t)np * sizeof *ys);
+  for (int i = 0; xs && ys && i < s->nv; i++) {
+    for (int j = 0; j < np; j++) {
+      int st = log_steps ? (int)round(pow(10, log10((double)s->v[i].cfg.train.steps) * (j + 1) / np))
+                         : 1 + (int)((double)(s->v[i].cfg.train.steps - 1) * j / (np - 1));
+      if (st < 1) st = 1;
+      xs[j] = st;
+      ys[j] = cf_config_lr(&s->v[i].cfg, st);
+    }
+    svg_line(f, &bot, xs, ys, np, svg_color(i), 2, 0.9, i % 2 ? "6,3" : "");
+  }
+  free(xs);
+  free(ys);
+}
+
 static void write_svg(const spec *s, run_rec **runs, double entropy, int log_steps, const char *path) {
   int pairs = translation(s), W = 960, H = pairs ? 1000 : 760, lr_y = pairs ? 780 : 540;
   FILE *f = svg_begin(path, W, H);
@@ -215,9 +238,6 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
     snprintf(label, sizeof label, "%s (%s)", s->v[i].name, d);
     svg_legend(f, &top, i, svg_color(i), "", label);
   }
-  /* the learning-rate schedules, computed from each variant's config */
-  double lrmax = 0;
-  for (int i = 0; i < s->nv; i++) lrmax = fmax(lrmax, s->v[i].cfg.optim.lr);
   double most = 1;
   for (int i = 0; pairs && i < s->nv; i++)
     for (int k = 0; k < s->seeds; k++)
@@ -226,23 +246,7 @@ static void write_svg(const spec *s, run_rec **runs, double entropy, int log_ste
   svg_panel mid = {95, 540, W - 125, 170, log_steps ? 1 : 0, maxstep, 0, most * 1.1, log_steps, 0,
                    "BLEU of greedy translations of the test sentences", "step", "BLEU", 0};
   if (pairs) bleu_panel(f, s, runs, &mid);
-  svg_panel bot = {95, lr_y, W - 125, 170, log_steps ? 1 : 0, maxstep, 0, lrmax * 1.1, log_steps, 0, "Learning-rate schedule",
-                   "step", "learning rate", 0};
-  svg_axes(f, &bot);
-  int np = 400;
-  double *xs = malloc((size_t)np * sizeof *xs), *ys = malloc((size_t)np * sizeof *ys);
-  for (int i = 0; i < s->nv; i++) {
-    for (int j = 0; j < np; j++) {
-      int st = log_steps ? (int)round(pow(10, log10((double)s->v[i].cfg.train.steps) * (j + 1) / np))
-                         : 1 + (int)((double)(s->v[i].cfg.train.steps - 1) * j / (np - 1));
-      if (st < 1) st = 1;
-      xs[j] = st;
-      ys[j] = cf_config_lr(&s->v[i].cfg, st);
-    }
-    svg_line(f, &bot, xs, ys, np, svg_color(i), 2, 0.9, i % 2 ? "6,3" : "");
-  }
-  free(xs);
-  free(ys);
+  lr_panel(f, s, log_steps, maxstep, lr_y, W);
   svg_end(f);
 }
 
