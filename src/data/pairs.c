@@ -7,8 +7,9 @@
 
 static const size_t pairs_file_max = (size_t)1 << 30;  /* so a line's token count fits an int */
 
-/* The lines of text[0..len): their starts and lengths (without '\n'); a last line without '\n'
- * counts. *n lines; NULL arrays for none. */
+/* The lines of text[0..len): their starts and lengths (without '\n', nor a '\r' before it: a file
+ * with CRLF line ends reads as with LF, as `clformer translate` reads its input); a last line
+ * without '\n' counts. *n lines; NULL arrays for none. */
 static cf_status split_lines(const char *path, const char *text, size_t len, size_t **start, size_t **length,
                              size_t *n) {
   size_t count = 0;
@@ -23,7 +24,7 @@ static cf_status split_lines(const char *path, const char *text, size_t len, siz
     const char *nl = memchr(text + at, '\n', len - at);
     size_t l = nl ? (size_t)(nl - (text + at)) : len - at;
     (*start)[k] = at;
-    (*length)[k] = l;
+    (*length)[k] = l && text[at + l - 1] == '\r' ? l - 1 : l;
     at += l + 1;
   }
   return CF_OK;

@@ -156,7 +156,7 @@ cf_status cf_translate_lines(cf_model *m, const cf_bpe *bpe, const char *const *
   return st;
 }
 
-/* A file's lines (without their '\n'), at most limit (0: all), pointing into *text. */
+/* A file's lines (without their '\n' or a '\r' before it), at most limit (0: all), pointing into *text. */
 static cf_status read_lines(const char *path, size_t limit, char **text, char ***lines, size_t *n) {
   size_t len;
   *lines = NULL;
@@ -171,6 +171,7 @@ static cf_status read_lines(const char *path, size_t limit, char **text, char **
     (*lines)[(*n)++] = p;
     if (!nl) break;
     *nl = 0;
+    if (nl > p && nl[-1] == '\r') nl[-1] = 0;  /* CRLF reads as LF, as training's pairs and translate's input */
     p = nl + 1;
   }
   return CF_OK;

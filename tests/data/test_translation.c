@@ -1,7 +1,7 @@
 /* A translation config's data (cf_translation): the BPE learned and saved by the first open, read
  * back (not relearned) by the next, which then batches every step the same (exact resume); each
  * epoch holds every training pair once; misaligned or missing files refused by cf_data_check; a
- * merges file larger than data.vocab_size refused. */
+ * merges file larger than data.vocab_size refused; CRLF files read as LF files. */
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 static char dir[] = "/tmp/clformer-translation-XXXXXX";
 enum { N_TRAIN = 120, N_VALID = 9 };
 
-static void write_lines(const char *name, unsigned long long seed, int n, int words) {
+static void write_lines_ending(const char *name, unsigned long long seed, int n, int words, const char *end) {
   static const char *vocab[] = {"el", "la", "tierra", "Dios", "y", "cielos", "luz", "aguas", "the", "earth", "God",
                                 "and", "heaven", "light", "waters", "day", "night"};
   char path[300];
@@ -21,9 +21,38 @@ static void write_lines(const char *name, unsigned long long seed, int n, int wo
   for (int i = 0; i < n; i++) {
     int k = 1 + (int)(test_uniform(&r) * words);
     for (int j = 0; j < k; j++) fprintf(f, j ? " %s" : "%s", vocab[(int)(test_uniform(&r) * 17)]);
-    fputc('\n', f);
+    fputs(end, f);
   }
   fclose(f);
+}
+
+static void write_lines(const char *name, unsigned long long seed, int n, int words) {
+  write_lines_ending(name, seed, n, words, "\n");
+}
+
+/* Files with CRLF line ends give the pairs LF files do (ids alike, no '\r' in a sentence). */
+static void crlf_reads_as_lf(const cf_bpe *bpe) {
+  write_lines_ending("crlf.es", 1, 20, 12, "\r\n");
+  write_lines_ending("crlf.en", 2, 20, 12, "\r\n");
+  write_lines_ending("lf.es", 1, 20, 12, "\n");
+  write_lines_ending("lf.en", 2, 20, 12, "\n");
+  char p[4][300];
+  const char *names[] = {"crlf.es", "crlf.en", "lf.es", "lf.en"};
+  for (int i = 0; i < 4; i++) snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
+  cf_pairs *crlf, *lf;
+  TEST_OK(cf_pairs_open(bpe, p[0], p[1], 0, &crlf));
+  TEST_OK(cf_pairs_open(bpe, p[2], p[3], 0, &lf));
+  int same = cf_pairs_count(crlf) == cf_pairs_count(lf);
+  for (size_t i = 0; same && i < cf_pairs_count(lf); i++)
+    for (int side = 0; side < 2; side++) {
+      int na, nb;
+      const int *a = side ? cf_pairs_target(crlf, i, &na) : cf_pairs_source(crlf, i, &na);
+      const int *b = side ? cf_pairs_target(lf, i, &nb) : cf_pairs_source(lf, i, &nb);
+      same &= na == nb && !memcmp(a, b, (size_t)na * sizeof *a);
+    }
+  TEST_ASSERT(same, "CRLF files read otherwise than LF files");
+  cf_pairs_free(crlf);
+  cf_pairs_free(lf);
 }
 
 static void config(cf_config *c, int vocab) {
@@ -102,6 +131,7 @@ int main(void) {
     TEST_ASSERT(once, "epoch %d does not hold every pair exactly once", e);
   }
   cf_pair_batch_free(&pb);
+  crlf_reads_as_lf(a.bpe);
   cf_translation_close(&a);
   cf_translation_close(&b);
 
