@@ -97,6 +97,8 @@ cf_status cf_bpe_decode(const cf_bpe *b, const int *ids, size_t n, char **text, 
  * id not yet defined, a special id, a repeated merge) with CF_ERR_DATA naming the file and line. */
 cf_status cf_bpe_save(const cf_bpe *b, const char *path);
 cf_status cf_bpe_load(const char *path, cf_bpe **out);
+/* The vocabulary's fingerprint: the HASH its file's end line carries (0 only when out of memory). */
+unsigned long long cf_bpe_checksum(const cf_bpe *b);
 
 /* ---- Translation pairs (src/data/pairs*.c): two aligned files, one sentence a line, in batches of
  * similar-length pairs bounded by a token budget (fairseq's max_tokens) ---- */

@@ -69,6 +69,8 @@ typedef struct cf_train_state {
   double wall_s;         /* training time so far, over all sessions */
   int diverged_step;     /* 0, or the step whose loss or gradient was not finite */
   int world_size;        /* ranks sharing each step (clformer/dist.h) when it was saved; 0 counts as 1 */
+  unsigned long long vocab; /* an encoder-decoder's BPE (cf_bpe_checksum), 0: none recorded (a language
+                               model, or a checkpoint older than the record) */
 } cf_train_state;
 
 /* Write model weights (one tensor per view, named as in cf_tensor_view), Adam's moments (flat),

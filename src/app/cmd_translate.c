@@ -127,6 +127,10 @@ static int trained_open(const char *cmd, const char *run, const char *device, tr
   cf_model_shape(&t->cfg, &B, &T);
   st = cf_model_create(t->ctx, &t->cfg.model, &t->cfg.optim, t->cfg.seed, B, T, &t->m);
   if (st == CF_OK) st = cf_checkpoint_load(t->m, t->ckpt, &t->ts, NULL);
+  if (st == CF_OK && t->ts.vocab && t->ts.vocab != cf_bpe_checksum(t->bpe))
+    st = CF_FAIL(CF_ERR_CHECKPOINT, "%s is not the vocabulary %s was trained with (checksum %016llx, the checkpoint "
+                 "records %016llx): use the bpe.merges of its run", merges, t->ckpt, cf_bpe_checksum(t->bpe),
+                 t->ts.vocab);
   return cf_exit_code(st);
 }
 

@@ -10,16 +10,33 @@
 enum { BPE_VERSION = 1 };
 static const size_t bpe_file_max = (size_t)BPE_MAX_MERGES * 24;  /* "LEFT RIGHT\n" at its longest, and more */
 
-cf_status cf_bpe_save(const cf_bpe *b, const char *path) {
-  size_t cap = 64 + (size_t)cf_bpe_merges(b) * 24, n = 0;
+/* The file's text up to its end line (malloc'd, *n bytes of *cap, room left for the end line),
+ * NULL when out of memory: what the checksum covers. */
+static char *file_body(const cf_bpe *b, size_t *n, size_t *cap_out) {
+  size_t cap = *cap_out = 64 + (size_t)cf_bpe_merges(b) * 24;
   char *text = malloc(cap);
-  if (!text) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory writing %s", path);
-  n += (size_t)snprintf(text + n, cap - n, "%s %d\nmerges %d\n", BPE_MAGIC, BPE_VERSION, cf_bpe_merges(b));
+  if (!text) return NULL;
+  *n = (size_t)snprintf(text, cap, "%s %d\nmerges %d\n", BPE_MAGIC, BPE_VERSION, cf_bpe_merges(b));
   for (int k = 0; k < cf_bpe_merges(b); k++) {
     int left, right;
     cf_bpe_merge_pair(b, k, &left, &right);
-    n += (size_t)snprintf(text + n, cap - n, "%d %d\n", left, right);
+    *n += (size_t)snprintf(text + *n, cap - *n, "%d %d\n", left, right);
   }
+  return text;
+}
+
+unsigned long long cf_bpe_checksum(const cf_bpe *b) {
+  size_t n, cap;
+  char *text = file_body(b, &n, &cap);
+  unsigned long long h = text ? cf_hash64(CF_HASH_SEED, text, n) : 0;
+  free(text);
+  return h;
+}
+
+cf_status cf_bpe_save(const cf_bpe *b, const char *path) {
+  size_t n, cap;
+  char *text = file_body(b, &n, &cap);
+  if (!text) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory writing %s", path);
   n += (size_t)snprintf(text + n, cap - n, "end %016llx\n", cf_hash64(CF_HASH_SEED, text, n));
   cf_status st = cf_write_file_atomic(path, text, n);
   free(text);

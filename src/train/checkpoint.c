@@ -79,10 +79,13 @@ cf_status cf_checkpoint_save(cf_model *m, const cf_config *cfg, const cf_train_s
   snprintf(wall, sizeof wall, "%.3f", st->wall_s);
   snprintf(div, sizeof div, "%d", st->diverged_step);
   snprintf(world, sizeof world, "%d", st->world_size > 0 ? st->world_size : 1);
+  char vocab[32];
+  snprintf(vocab, sizeof vocab, "%016llx", st->vocab);
   const char *meta[][2] = {{"format", FORMAT}, {"clformer_version", CLFORMER_VERSION}, {"config", yaml},
                            {"step", step}, {"best_valid", best}, {"best_step", best_step}, {"wall_s", wall},
-                           {"diverged_step", div}, {"world_size", world}};
-  s = cf_safetensors_write(path, t, nv + 2, meta, (int)(sizeof meta / sizeof meta[0]));
+                           {"diverged_step", div}, {"world_size", world}, {"vocab_checksum", vocab}};
+  int n_meta = (int)(sizeof meta / sizeof meta[0]) - (st->vocab ? 0 : 1);  /* a language model has none */
+  s = cf_safetensors_write(path, t, nv + 2, meta, n_meta);
 done:;
   cf_status back = state_put_back(m, &state);
   free(yaml);
@@ -155,8 +158,12 @@ static cf_status read_state(const cf_st_file *f, const char *path, cf_train_stat
   if (!isfinite(wall) || wall < 0)
     return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'wall_s' is '%.40s', not a finite number of seconds >= 0", path,
                    cf_safetensors_meta(f, "wall_s"));
+  unsigned long long vocab = 0;  /* absent from language models' and older checkpoints: not checked */
+  const char *v = cf_safetensors_meta(f, "vocab_checksum");
+  if (v && (strlen(v) != 16 || strspn(v, "0123456789abcdef") != 16 || !(vocab = strtoull(v, NULL, 16))))
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s: metadata 'vocab_checksum' is '%.40s', not 16 hex digits", path, v);
   *st = (cf_train_state){.step = (int)step, .best_valid = best, .best_step = (int)best_step, .wall_s = wall,
-                         .diverged_step = 0, .world_size = (int)world};
+                         .diverged_step = 0, .world_size = (int)world, .vocab = vocab};
   return CF_OK;
 }
 

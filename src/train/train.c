@@ -554,6 +554,17 @@ static cf_status record_end(const run *r) {
   return cf_run_record_write(r->dir, &rec);
 }
 
+/* An encoder-decoder's checkpoint records its BPE's checksum: a resume must find that vocabulary
+ * in the run directory (not another run's copied there), and the checkpoints it writes record it. */
+static cf_status check_vocabulary(run *r) {
+  unsigned long long mine = cf_bpe_checksum(r->tr.bpe);
+  if (r->ts.vocab && r->ts.vocab != mine)
+    return CF_FAIL(CF_ERR_CHECKPOINT, "%s is not the vocabulary %s was trained with (checksum %016llx, the checkpoint "
+                   "records %016llx): put the run's own bpe.merges back", r->merges, r->ckpt, mine, r->ts.vocab);
+  r->ts.vocab = mine;
+  return CF_OK;
+}
+
 /* Model, buffers, state (fresh or resumed), config.yaml and metrics.csv. */
 static cf_status prepare(run *r) {
   const cf_config *cfg = r->cfg;
@@ -568,10 +579,11 @@ static cf_status prepare(run *r) {
   const cf_world *w = cf_dist_world();
   CF_TRY(cf_model_set_shard(r->m, w->rank * cfg->train.accumulate, w->size * cfg->train.accumulate));
   CF_TRY(cf_grad_sync_init(&r->sync, r->ctx, r->m));
-  r->ts = (cf_train_state){0, INFINITY, 0, 0, 0, 0};
+  r->ts = (cf_train_state){.best_valid = INFINITY};
   /* a resume: rank 0 reads the checkpoint and hands it to the others (share_state) */
   if (r->from_checkpoint && r->writer) CF_TRY(resume_from(r->m, cfg, r->dir, r->ckpt, &r->ts, &r->complete));
   else CF_TRY(cf_model_init(r->m, cfg->seed));
+  if (r->seq2seq) CF_TRY(check_vocabulary(r));  /* before the run directory is written to */
   r->ts.world_size = w->size;  /* the checkpoints this session writes */
   if (!r->writer) return CF_OK;
   char cfg_path[2100];

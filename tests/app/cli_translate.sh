@@ -95,6 +95,15 @@ mkdir alone && cp run/checkpoint.safetensors alone/
 refuse "no bpe.merges beside the checkpoint" "no bpe.merges beside alone/checkpoint.safetensors" \
   "$bin" translate alone/checkpoint.safetensors
 refuse "a run directory without bpe.merges" "no bpe.merges beside" "$bin" eval-bleu alone
+# another vocabulary beside the checkpoint: translate, eval-bleu and a resume refuse it (its checksum is recorded)
+mkdir other && cp run/checkpoint.safetensors run/config.yaml other/
+"$bin" bpe learn --vocab 280 --out other/bpe.merges train.src >/dev/null 2>&1 || bad "bpe learn"
+refuse "another run's vocabulary" "is not the vocabulary other/checkpoint.safetensors was trained with" \
+  "$bin" translate other
+refuse "eval-bleu with another vocabulary" "is not the vocabulary" "$bin" eval-bleu other
+err=$("$bin" train "$tmp/copy.yaml" --resume other --set train.steps=1100 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 2 && "$err" == *"is not the vocabulary"*"put the run's own bpe.merges back"* ]] \
+  && ok "a resume with another vocabulary: exit 2" || bad "resume with another vocabulary: rc=$rc $err"
 refuse "not a run" "has no checkpoint.safetensors" "$bin" translate "$tmp"
 refuse "no such path" "nothere: No such file or directory" "$bin" translate nothere
 refuse "no run" "RUN_DIR_OR_CHECKPOINT is required" "$bin" translate

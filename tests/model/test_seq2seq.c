@@ -93,7 +93,7 @@ static void torch_agrees(const char *py, const char *dir, cf_model *m, const cf_
   char ckpt[512], grads[512], cmd[2048];
   snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", dir);
   snprintf(grads, sizeof grads, "%s/grads.safetensors", dir);
-  cf_train_state ts = {0, 0, 0, 0, 0, 0};
+  cf_train_state ts = {.best_valid = 0};
   TEST_OK(cf_checkpoint_save(m, c, &ts, ckpt));
   int nv = cf_model_num_views(m);
   cf_st_tensor *t = calloc((size_t)nv + 5, sizeof *t);

@@ -43,7 +43,7 @@ static int init_matches(cf_context *ctx, const char *py, const char *dir, cf_wei
   }
   char ckpt[512], cmd[1024];
   snprintf(ckpt, sizeof ckpt, "%s/init.safetensors", dir);
-  cf_train_state ts = {0, 0, 0, 0, 0, 0};
+  cf_train_state ts = {.best_valid = 0};
   TEST_OK(cf_checkpoint_save(m, &c, &ts, ckpt));
   cf_model_free(m);
   printf("initialisation %s, tied %d, learned positions %d, embeddings x %g:\n", init ? "fairseq" : "xavier", tie,
@@ -91,7 +91,7 @@ static void check(cf_context *ctx, const char *py, const char *dir, int norm, in
   char ckpt[512], grads[512], cmd[2048];
   snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", dir);
   snprintf(grads, sizeof grads, "%s/grads.safetensors", dir);
-  cf_train_state ts = {0, 0, 0, 0, 0, 0};
+  cf_train_state ts = {.best_valid = 0};
   TEST_OK(cf_checkpoint_save(m, &c, &ts, ckpt));
   int nv = cf_model_num_views(m);
   cf_st_tensor *t = calloc((size_t)nv + 3, sizeof *t);
