@@ -125,7 +125,10 @@ static int trained_open(const char *cmd, const char *run, const char *device, tr
   if ((st = cf_context_create(&o, &t->ctx)) != CF_OK) return cf_exit_code(st);
   int B, T;
   cf_model_shape(&t->cfg, &B, &T);
-  st = cf_model_create(t->ctx, &t->cfg.model, &t->cfg.optim, t->cfg.seed, B, T, &t->m);
+  /* decoding keeps no optimizer state: planned and made as plain SGD's (none), Adam's moments in
+   * the file are checked but not loaded; two of the four parameter-sized buffers saved */
+  cf_optim_config none = {.name = CF_OPTIM_SGD, .lr = t->cfg.optim.lr};
+  st = cf_model_create(t->ctx, &t->cfg.model, &none, t->cfg.seed, B, T, &t->m);
   if (st == CF_OK) st = cf_checkpoint_load(t->m, t->ckpt, &t->ts, NULL);
   if (st == CF_OK && t->ts.vocab && t->ts.vocab != cf_bpe_checksum(t->bpe))
     st = CF_FAIL(CF_ERR_CHECKPOINT, "%s is not the vocabulary %s was trained with (checksum %016llx, the checkpoint "
