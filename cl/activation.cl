@@ -10,11 +10,6 @@
 //  - elsewhere a group of CF_WG items covers ACT_TX columns with ACT_TY row lanes, combined by a
 //    fixed tree in local memory.
 
-#define GELU_K 0.7978845608028654f   // sqrt(2/pi)
-#define GELU_A 0.044715f
-#define INV_SQRT2 0.7071067811865476f
-#define INV_SQRT2PI 0.3989422804014327f
-
 // The element type of one work-item: 16 floats on CPUs (one AVX-512 register; PoCL then needs no
 // cross-item vectorisation), 1 float elsewhere. select() and comparisons work for both (a scalar
 // comparison gives 1, a vector one -1: select takes either).
@@ -32,21 +27,7 @@ typedef float floatv;
 #define firstv(v) (v)
 #endif
 
-// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): straight-line code that vectorises
-// (PoCL's erf did not: 60 ns an element). gelu(x) = 0.5 x (1 + erf(x/sqrt 2)) then carries an
-// absolute error below 0.75e-7 |x|.
-inline floatv erf_as(floatv x) {
-  floatv a = fabs(x), t = 1.0f / (1.0f + 0.3275911f * a);
-  floatv poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  floatv y = 1.0f - poly * exp(-a * a);
-  return copysign(y, x);
-}
-
-inline floatv act_forward(floatv x, const int act) {
-  if (act == 0) return select(x, (floatv)(0.0f), x < (floatv)(0.0f));  // NaN passes through
-  if (act == 1) return x / (1.0f + exp(-2.0f * GELU_K * (x + GELU_A * x * x * x)));  // 0.5(1+tanh u) = 1/(1+e^-2u)
-  return 0.5f * x * (1.0f + erf_as(x * INV_SQRT2));
-}
+#include "activation.clh"
 
 // act'(x). The tanh form is written with s = 1/(1+e^-2u) = 0.5(1+tanh u), so that
 // 0.5(1 - tanh(u)^2) = 2 e s^2 keeps its accuracy where tanh(u) is near +-1; e is computed from

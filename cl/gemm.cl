@@ -242,16 +242,11 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
       uint M, uint N, uint K, uint lda, uint ldc, uint b_ld, uint b_panel, uint stride_a, uint stride_b,   \
       uint stride_c, float alpha, float beta, uint group_m
 
-// The rest of a tile whose op(A) is A (gemm_an_strips): a pointer per row of the tile
-// (rows past M read row M-1; their results are not stored, so the loop has no branches), the k
-// loop, the stores.
+// A tile whose op(A) is A (gemm_an_strips) reads through a pointer per row of the tile (rows past M
+// read row M-1; their results are not stored, so the loop has no branches).
 #define GEMM_ROWPTR(i) __global const float *a##i = a + (size_t)min(m0 + i, M - 1) * lda;
 #define GEMM_A(i) a##i[k]
 #define GEMM_ASTEP
-#define GEMM_ROWS_TILE    \
-  GEMM_REP(GEMM_ROWPTR)   \
-  GEMM_KLOOP              \
-  GEMM_EPILOGUE
 
 // The start of a column-strip item (gemm_an_strips, gemm_at_strips): item w takes column panel
 // p = w % nt and row tiles t0..t1-1, part w / nt of the parts; c is the panel's first column of C.
@@ -263,6 +258,49 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);                                    \
   uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts);   \
   __global float *c = C + c_off + (size_t)bi * stride_c + n0;
+
+// The forward linear layer's epilogue in gemm_an_strips (cf_gemm_nt_epilogue): y = x W^T + bias
+// added to the accumulators before the first slice's stores (alpha 1, beta 0), and act(y) written to
+// a second matrix from the rows just stored (still in this core's cache) after the last slice: one
+// pass over y where the separate bias and bias + activation kernels took two.
+#define GEMM_EPI_BIAS 1u
+#define GEMM_EPI_ACT 2u
+typedef float16 floatv;
+#include "activation.clh"
+
+// The bias's 64 columns of this panel into t (zeros past N: those columns are not stored), then
+// added to the tile's accumulators by a macro (a function taking the accumulators' addresses could
+// keep them in memory through the k loop).
+void gemm_bias_row(float *t, __global const float *bias, uint nn) {
+  if (nn == GEMM_NR) {
+    for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, bias), v, t);
+  } else {
+    GEMM_ZERO_ROW(t)
+    for (uint j = 0; j < nn; j++) t[j] = bias[j];
+  }
+}
+#define GEMM_ADD_BIAS(i)                                                     \
+  c##i##a += vload16(0, bt_); c##i##b += vload16(1, bt_); c##i##c += vload16(2, bt_); \
+  c##i##d += vload16(3, bt_);
+
+// dst (rows x nn, row stride ld) = act(src), as vectors of 16 (a partial panel through a private row,
+// so every column sees the same vector code as activation.cl's kernels).
+void gemm_act_rows(__global float *dst, __global const float *src, uint rows, uint ld, uint nn, int act) {
+  for (uint i = 0; i < rows; i++, dst += ld, src += ld) {
+    if (nn == GEMM_NR) {
+      vstore16(act_forward(vload16(0, src), act), 0, dst);
+      vstore16(act_forward(vload16(1, src), act), 1, dst);
+      vstore16(act_forward(vload16(2, src), act), 2, dst);
+      vstore16(act_forward(vload16(3, src), act), 3, dst);
+    } else {
+      float t[GEMM_NR];
+      GEMM_ZERO_ROW(t)
+      for (uint j = 0; j < nn; j++) t[j] = src[j];
+      for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(act_forward(vload16(v, t), act), v, t);
+      for (uint j = 0; j < nn; j++) dst[j] = t[j];
+    }
+  }
+}
 
 // C (batch, M, N) = A (batch, M, K) op(B) by column strips: item w computes row tiles
 // part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) of column panel
@@ -277,7 +315,8 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
-                             float alpha, float beta, uint kc) {
+                             float alpha, float beta, uint kc, uint epi, __global const float *bias, uint bias_off,
+                             __global float *act_out, uint act_off, int act) {
   GEMM_STRIP_ITEM
   __global const float *b = B + b_off + (size_t)bi * stride_b;
   __global const float *panel = b + n0;
@@ -299,7 +338,17 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
       uint m0 = GEMM_MR * tt, r0 = m0;
       __global const float *bp = panel + (size_t)k0 * b_ld;
       GEMM_REP(GEMM_ACC)
-      GEMM_ROWS_TILE
+      GEMM_REP(GEMM_ROWPTR)
+      GEMM_KLOOP
+      if ((epi & GEMM_EPI_BIAS) && k0 == 0) {
+        float bt_[GEMM_NR];
+        gemm_bias_row(bt_, bias + bias_off + n0, nn);
+        GEMM_REP(GEMM_ADD_BIAS)
+      }
+      GEMM_EPILOGUE
+      if ((epi & GEMM_EPI_ACT) && k0 + K == k_all)
+        gemm_act_rows(act_out + act_off + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc, c + (size_t)m0 * ldc,
+                      min((uint)GEMM_MR, M - m0), ldc, nn, act);
     }
   }
 }

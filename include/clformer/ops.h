@@ -4,14 +4,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "clformer/gemm.h"  /* cf_activation */
 #include "clformer/runtime.h"
 
 /* Elementwise ops: activations, bias, the fused bias + activation of the FFN, inverted dropout
  * keyed by Philox, residual adds (plain and fused with dropout) and small helpers (scale, add,
  * copy). Device ops, their double-precision references, and the family's self-test.
  * Flat sizes n are element counts below 2^31; every cf_mem carries its own offset. */
-typedef enum { CF_ACT_RELU, CF_ACT_GELU_TANH, CF_ACT_GELU_ERF } cf_activation;
-
 /* "relu", "gelu_tanh", "gelu_erf"; NULL for an unknown value. */
 const char *cf_activation_name(cf_activation act);
 

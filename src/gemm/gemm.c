@@ -339,6 +339,14 @@ static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
 #define OWN_GROUP_BYTES (256u << 10)  /* A rows one tile group keeps in cache */
 #define OWN_SLICE_MIN_K 768  /* where B is read in place, a longer K runs in slices (own_gemm) */
 #define OWN_SLICE_K 512      /* of about this K */
+#define EPI_BIAS 1u          /* GEMM_EPI_BIAS, GEMM_EPI_ACT in cl/gemm.cl */
+#define EPI_ACT 2u
+
+/* A forward product's epilogue (cf_gemm_nt_bias_act): a buffer not set is not applied. */
+typedef struct gemm_epi {
+  cf_mem bias, act_out;
+  cf_activation act;
+} gemm_epi;
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
 
@@ -374,11 +382,15 @@ static int own_fits(int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_m
 #define TRIPS_PACK_BLOCK (1 + 81 + 305)
 #define TRIPS_PACK_LAST (1040 + 305 + 81)
 
-/* A strip item (gemm_an_strips, gemm_at_strips) of `tiles` row tiles, with its own pack of op(B). */
-static double trips_strip(size_t tiles, size_t K, size_t kc, int packed_b) {
+/* gemm_an_strips's epilogue, a tile: the bias row (64 + 4), and each row's activation (a partial panel: 64 + 4 + 64) */
+#define TRIPS_EPILOGUE (OWN_NR + 4 + OWN_MR * (1 + 2 * OWN_NR + 4))
+
+/* A strip item (gemm_an_strips, gemm_at_strips) of `tiles` row tiles, with its own pack of op(B),
+ * and the bias and activation epilogue when `epi`. */
+static double trips_strip(size_t tiles, size_t K, size_t kc, int packed_b, int epi) {
   double slices = K ? (double)((K + kc - 1) / kc) : 0, blocks = (double)((K + 15) / 16);
   double pack = packed_b ? blocks * (1 + TRIPS_PACK_BLOCK) + TRIPS_PACK_LAST : 0;
-  return pack + slices + (double)tiles * ((double)K + slices * (1 + TRIPS_STORE));
+  return pack + slices + (double)tiles * ((double)K + slices * (1 + TRIPS_STORE) + (epi ? TRIPS_EPILOGUE : 0));
 }
 
 /* A gemm_at_rows item: per row tiles packed, then `panels` column panels. */
@@ -399,13 +411,13 @@ static size_t own_kc(size_t K) {
 
 /* Whether, split as finely as it can be (one row tile, one panel an item), the kernel own_gemm
  * picks for this product keeps every item within `budget` trips (0: no limit). */
-static int own_loops_fit(size_t budget, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t lda) {
+static int own_loops_fit(size_t budget, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t lda, int epi) {
   if (!budget || K == 0) return 1;
   int packed_b = trans_b || N % OWN_NR;
   size_t kc = own_kc(K);
-  if (!trans_a) return trips_strip(1, K, packed_b ? K : kc, packed_b) <= (double)budget;
+  if (!trans_a) return trips_strip(1, K, packed_b ? K : kc, packed_b, epi) <= (double)budget;
   if (!packed_b)
-    return (M >= OWN_MR && lda % 1024 != 0 ? trips_strip(1, K, kc, 0) : trips_rows(1, 1, K, kc)) <= (double)budget;
+    return (M >= OWN_MR && lda % 1024 != 0 ? trips_strip(1, K, kc, 0, 0) : trips_rows(1, 1, K, kc)) <= (double)budget;
   return trips_at(K) <= (double)budget;
 }
 
@@ -433,13 +445,15 @@ static size_t strip_parts(const cf_context *ctx, size_t items, size_t tiles, siz
   return parts;
 }
 
-/* op(A) = A: gemm_an_strips, op(B) read in place or packed by each item. */
+/* op(A) = A: gemm_an_strips, op(B) read in place or packed by each item, with the epilogue `epi`
+ * (NULL: none). */
 static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, size_t kc,
                                     float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                     size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
-                                    size_t panels, size_t tiles, int packed_b, size_t budget) {
+                                    size_t panels, size_t tiles, int packed_b, size_t budget, const gemm_epi *epi) {
   size_t items = panels * batch, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
-  while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, packed_b) > (double)budget)
+  while (budget && parts < tiles &&
+         trips_strip((tiles + parts - 1) / parts, K, kc, packed_b, epi != NULL) > (double)budget)
     parts++;
   cl_mem buf = NULL;
   if (packed_b) CF_TRY(scratch_get(ctx, items * parts * OWN_NR * K * sizeof(float), &buf));
@@ -455,6 +469,11 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
+  unsigned flags = epi ? (epi->bias.buf ? EPI_BIAS : 0) | (epi->act_out.buf ? EPI_ACT : 0) : 0;
+  cf_arg_uint(&L, flags);
+  cf_arg_mem(&L, flags & EPI_BIAS ? epi->bias : C);       /* unread without the flag */
+  cf_arg_mem(&L, flags & EPI_ACT ? epi->act_out : C);
+  cf_arg_int(&L, epi ? (int)epi->act : 0);
   size_t global[2] = {panels * parts, batch}, local[2] = {1, 1};
   return cf_launch_run(&L, 2, global, local);
 }
@@ -471,7 +490,7 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   size_t global[2] = {0, batch}, local[2] = {1, 1};
   if (a_inplace) {
     size_t parts = strip_parts(ctx, panels * batch, tiles, K, kc, 0);
-    while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, 0) > (double)budget) parts++;
+    while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, 0, 0) > (double)budget) parts++;
     cf_launch_begin(&L, ctx, "gemm", "gemm_at_strips");
     cf_arg_mem(&L, C);
     cf_arg_mem(&L, A);
@@ -507,15 +526,16 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   return cf_launch_run(&L, 2, global, local);
 }
 
+/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). */
 static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
-                          cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_epi *epi) {
   if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t budget = 0;
   CF_TRY(cf_gemm_loop_budget(ctx, &budget));
-  if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda)) return over_budget(ctx, budget, M, N, K);
+  if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda, epi != NULL)) return over_budget(ctx, budget, M, N, K);
   size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
   /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
    * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
@@ -526,7 +546,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   int packed_b = trans_b || N % OWN_NR;
   if (!trans_a && K > 0)
     return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
-                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b, budget);
+                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b, budget, epi);
   /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
    * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
    * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
@@ -597,32 +617,59 @@ static cf_status choose(cf_context *ctx, cf_gemm_impl impl, int ta, int tb, size
   return CF_OK;
 }
 
-static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
-                          float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
-                          float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
-  if (M == 0 || N == 0 || batch == 0) return CF_OK;
+/* The implementation a product runs on (impl as for cf_gemm_with), after checking its leading
+ * dimensions; epi: whether our kernels would also run gemm_an_strips's epilogue. */
+static cf_status pick(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                      cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, cf_mem C,
+                      size_t ldc, size_t stride_c, size_t batch, int epi, cf_gemm_impl *use) {
   size_t acols = trans_a ? M : K, bcols = trans_b ? K : N;
   if (lda < (acols ? acols : 1) || ldb < (bcols ? bcols : 1) || ldc < N)
     return CF_FAIL(CF_ERR_INVALID_ARG,
                    "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
                    trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
-  cf_gemm_impl use;
-  CF_TRY(choose(ctx, impl, trans_a, trans_b, M, N, K, batch, &use));
-  if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO &&
-      !own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
-    use = CF_GEMM_CLBLAST;
-  if (use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && K > 0) {  /* too long for the device's loops: CLBlast */
+  CF_TRY(choose(ctx, impl, trans_a, trans_b, M, N, K, batch, use));
+  int fits = own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch);
+  if (*use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && !fits) *use = CF_GEMM_CLBLAST;
+  if (*use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && K > 0) {  /* too long for the device's loops: CLBlast */
     size_t budget = 0;
     CF_TRY(cf_gemm_loop_budget(ctx, &budget));
-    if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda)) use = CF_GEMM_CLBLAST;
+    if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda, epi)) *use = CF_GEMM_CLBLAST;
   }
-  if (K == 0 && own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
-    use = CF_GEMM_OWN;  /* C = beta C: CLBlast refuses K = 0 (CLBlastInvalidDimension) */
+  if (K == 0 && fits) *use = CF_GEMM_OWN;  /* C = beta C: CLBlast refuses K = 0 (CLBlastInvalidDimension) */
+  return CF_OK;
+}
+
+static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                          float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
+                          float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return CF_OK;
+  cf_gemm_impl use;
+  CF_TRY(pick(ctx, impl, trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch, 0,
+              &use));
   if (use == CF_GEMM_OWN)
     return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                    batch);
+                    batch, NULL);
   return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                       batch);
+}
+
+cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
+                                   size_t lda, cf_mem B, size_t ldb, cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out,
+                                   cf_activation act, int *fused) {
+  *fused = 1;
+  if (M == 0 || N == 0) return CF_OK;
+  if ((unsigned)act > CF_ACT_GELU_ERF) return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: unknown activation %d", (int)act);
+  cf_gemm_impl use;
+  CF_TRY(pick(ctx, impl, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, 1, &use));
+  *fused = use == CF_GEMM_OWN && K > 0;
+  if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
+  gemm_epi e = {bias, act_out, act};
+  return own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &e);
+}
+
+cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
+                              cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, int *fused) {
+  return cf_gemm_nt_bias_act_with(ctx, CF_GEMM_AUTO, M, N, K, A, lda, B, ldb, C, ldc, bias, act_out, act, fused);
 }
 
 cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,

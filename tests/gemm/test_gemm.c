@@ -1,7 +1,8 @@
 /* GEMM against the double reference, for both implementations (CLBlast and our own kernels):
  * all transpose forms, sizes at the edges of our 6 x 64 register tiles, K past 1000 (several
  * tile groups), offsets, padded rows and matrices that must stay untouched, alpha/beta (beta 0
- * over a NaN-poisoned C), the strided-batched form with odd strides, the choice of
+ * over a NaN-poisoned C), the strided-batched form with odd strides, the forward layer's fused
+ * bias and activation epilogue, the choice of
  * implementation by $CLFORMER_GEMM, run-to-run bit equality, and (our kernels, CPU devices) no
  * read or write past either end of tightly sized operands. Relative error in the Frobenius norm
  * below 1e-5. Also the tuning file: read and written back byte for byte, malformed lines reported
@@ -101,6 +102,71 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
     printf("ok   %s: relative error %.3g\n", what, err);
   free(A); free(B); free(C0); free(C); free(ref);
   cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
+}
+
+/* The forward linear layer's epilogue (cf_gemm_nt_bias_act): y = x W^T + bias, act_out = act(y),
+ * against the double reference, with y and act_out poisoned and their rows padded (the padding must
+ * stay untouched). Ours applies both in its stores (fused 1); CLBlast computes the product alone
+ * (fused 0), which the caller completes. */
+static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_t M, size_t N, size_t K, int with_bias,
+                          int with_act, cf_activation act) {
+  size_t ldc = N + 3, nc = M * ldc;
+  float *x = malloc(M * K * 4), *w = malloc(N * K * 4), *bias = malloc(N * 4), *pad = malloc(nc * 4);
+  test_fill_uniform(r, x, M * K, -1, 1);
+  test_fill_uniform(r, w, N * K, -1, 1);
+  test_fill_uniform(r, bias, N, -1, 1);
+  test_fill_uniform(r, pad, nc, -1, 1);
+  cl_mem dx = test_buffer(ctx, x, M * K), dw = test_buffer(ctx, w, N * K), db = test_buffer(ctx, bias, N);
+  cl_mem dy = test_buffer(ctx, pad, nc), da = test_buffer(ctx, pad, nc);
+  for (size_t i = 0; i < M; i++) {
+    test_poison(ctx, cf_at(dy, i * ldc), N);
+    test_poison(ctx, cf_at(da, i * ldc), N);
+  }
+  int fused = -1;
+  TEST_OK(cf_gemm_nt_bias_act_with(ctx, impl, M, N, K, cf_at(dx, 0), K, cf_at(dw, 0), K, cf_at(dy, 0), ldc,
+                                   with_bias ? cf_at(db, 0) : (cf_mem){0}, with_act ? cf_at(da, 0) : (cf_mem){0}, act,
+                                   &fused));
+  int want_fused = impl == CF_GEMM_OWN;
+  double *yref = malloc(nc * sizeof *yref), *aref = malloc(nc * sizeof *aref);
+  for (size_t i = 0; i < nc; i++) yref[i] = aref[i] = pad[i];
+  ref_gemm(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, yref, ldc);
+  for (size_t i = 0; i < M; i++)
+    for (size_t j = 0; j < N; j++) {
+      double *y = &yref[i * ldc + j];
+      if (with_bias && fused) *y += bias[j];
+      if (with_act && fused) aref[i * ldc + j] = ref_activation(*y, act);
+    }
+  float *y = test_read(ctx, cf_at(dy, 0), nc), *a = test_read(ctx, cf_at(da, 0), nc);
+  int nf_y, nf_a = 0;
+  double err_y = rel_fro(y, yref, nc, &nf_y), err_a = 0;
+  int untouched = 1;
+  for (size_t i = 0; i < nc; i++) {
+    int inside = i % ldc < N;
+    if (!inside && (y[i] != pad[i] || a[i] != pad[i])) untouched = 0;
+  }
+  if (with_act && fused) err_a = rel_fro(a, aref, nc, &nf_a);
+  ncases++;
+  TEST_ASSERT(fused == want_fused && nf_y == 0 && nf_a == 0 && err_y < 1e-5 && err_a < 1e-5 && untouched,
+              "%s epilogue M=%zu N=%zu K=%zu bias %d %s %s: fused %d (want %d), y error %.3g (%d non-finite), "
+              "act error %.3g (%d non-finite), padding %s", cf_gemm_impl_name(impl), M, N, K, with_bias,
+              with_act ? "act" : "no act", cf_activation_name(act), fused, want_fused, err_y, nf_y, err_a, nf_a,
+              untouched ? "intact" : "overwritten");
+  free(x); free(w); free(bias); free(pad); free(yref); free(aref); free(y); free(a);
+  cf_buffer_free(dx); cf_buffer_free(dw); cf_buffer_free(db); cf_buffer_free(dy); cf_buffer_free(da);
+}
+
+static void check_epilogue(cf_context *ctx, test_rng *r) {
+  static const size_t shapes[][3] = {{1, 1, 1}, {7, 65, 33}, {13, 130, 300}, {64, 1024, 256}, {37, 200, 1031},
+                                     {6, 64, 16}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int act = CF_ACT_RELU; act <= CF_ACT_GELU_ERF; act++) {
+      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, (cf_activation)act);
+      if (act == CF_ACT_RELU) {
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, (cf_activation)act);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, (cf_activation)act);
+        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, (cf_activation)act);
+      }
+    }
 }
 
 /* The same product twice through our kernels gives the same bits. */
@@ -531,6 +597,7 @@ int main(void) {
   run_all(ctx, CF_GEMM_CLBLAST, &r);
   run_all(ctx, CF_GEMM_OWN, &r);
   check_deterministic(ctx, &r);
+  check_epilogue(ctx, &r);
   check_guarded(ctx, &r);
   check_loop_budget(ctx, &r);
   check_tuned(ctx, &r);
