@@ -1,79 +1,10 @@
-// Causal multi-head self-attention: the layout kernels around the batched GEMMs, the softmax
-// (forward, and backward fused into one kernel) and the regeneration of the dropout mask.
-// The GEMMs themselves (q.k^T, P.v and their gradients) run in CLBlast; see src/ops/attention.c.
+// Causal multi-head self-attention around the batched GEMMs: the softmax (forward, and backward
+// fused into one kernel) and the regeneration of the dropout mask. The GEMMs themselves (q.k^T,
+// P.v and their gradients, each head read and written in place) are in src/ops/attention.c.
 // Every pointer comes with an element offset. Flat indices are int: tensors < 2^31 elements.
 #include "philox.clh"
 #include "dropout.clh"
 #include "vecmath.clh"
-
-// ---------- layout ----------
-
-#if CF_DEVICE_IS_CPU
-
-// On CPUs one work-item per row of HS floats (a head's slice of one token), copied with 16-float
-// vectors: the index arithmetic runs once per row, not once per element. The host launches
-// S*B*NH*T items; `vec` is unused.
-inline void att_copy_row(__global float *dst, __global const float *src, int HS) {
-  int d = 0;
-  for (; d + 16 <= HS; d += 16) vstore16(vload16(0, src + d), 0, dst + d);
-  for (; d < HS; d++) dst[d] = src[d];
-}
-
-// dst (S, B, NH, T, HS) <- src (B, T, S*C): split the S tensors of width C that every token row
-// holds side by side (S = 3 for fused q|k|v, S = 1 for a single tensor) into per-head matrices.
-// Item r is row r of dst (writes in order).
-__kernel void attention_rows_to_heads(__global float *dst, uint dst_off, __global const float *src, uint src_off,
-                                      int S, int B, int T, int C, int NH, int vec) {
-  int r = get_global_id(0);
-  if (r >= S * B * NH * T) return;
-  int HS = C / NH, t = r % T, h = (r / T) % NH, b = (r / (T * NH)) % B, s = r / (T * NH * B);
-  att_copy_row(dst + dst_off + (size_t)r * HS, src + src_off + (size_t)(b * T + t) * S * C + s * C + h * HS, HS);
-}
-
-// The inverse: dst (B, T, S*C) <- src (S, B, NH, T, HS). Item r is row r of dst viewed as
-// (B, T, S, NH) rows of HS (writes in order).
-__kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __global const float *src, uint src_off,
-                                      int S, int B, int T, int C, int NH, int vec) {
-  int r = get_global_id(0);
-  if (r >= S * B * NH * T) return;
-  int HS = C / NH, h = r % NH, s = (r / NH) % S, t = (r / (NH * S)) % T, b = r / (NH * S * T);
-  att_copy_row(dst + dst_off + (size_t)r * HS, src + src_off + ((size_t)((s * B + b) * NH + h) * T + t) * HS, HS);
-}
-
-#else  // one work-item per element or float4
-
-// dst (S, B, NH, T, HS) <- src (B, T, S*C): split the S tensors of width C that every token row
-// holds side by side (S = 3 for fused q|k|v, S = 1 for a single tensor) into per-head matrices.
-// One work-item per 4 consecutive channels when vec (HS % 4 == 0), else per element.
-__kernel void attention_rows_to_heads(__global float *dst, uint dst_off, __global const float *src, uint src_off,
-                                      int S, int B, int T, int C, int NH, int vec) {
-  int HS = C / NH;
-  int i = get_global_id(0) * (vec ? 4 : 1);
-  if (i >= S * B * T * C) return;
-  int d = i % HS, r = i / HS;
-  int t = r % T; r /= T;
-  int h = r % NH; r /= NH;
-  int b = r % B, s = r / B;
-  int j = (b * T + t) * S * C + s * C + h * HS + d;
-  if (vec) vstore4(vload4(0, src + src_off + j), 0, dst + dst_off + i);
-  else dst[dst_off + i] = src[src_off + j];
-}
-
-// The inverse: dst (B, T, S*C) <- src (S, B, NH, T, HS). Indexed by dst, so writes are contiguous.
-__kernel void attention_heads_to_rows(__global float *dst, uint dst_off, __global const float *src, uint src_off,
-                                      int S, int B, int T, int C, int NH, int vec) {
-  int HS = C / NH;
-  int i = get_global_id(0) * (vec ? 4 : 1);
-  if (i >= S * B * T * C) return;
-  int c = i % (S * C), r = i / (S * C);
-  int t = r % T, b = r / T;
-  int s = c / C, h = (c % C) / HS, d = c % HS;
-  int j = (((s * B + b) * NH + h) * T + t) * HS + d;
-  if (vec) vstore4(vload4(0, src + src_off + j), 0, dst + dst_off + i);
-  else dst[dst_off + i] = src[src_off + j];
-}
-
-#endif
 
 // ---------- dropout ----------
 

@@ -250,14 +250,18 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
 
 // The start of a column-strip item (gemm_an_strips, gemm_at_strips): item w takes column panel
 // p = w % nt and row tiles t0..t1-1, part w / nt of the parts; c is the panel's first column of C.
+// The batch may be nested (the heads of a (B, T, NH * HS) tensor read in place): matrix (bo, bi)
+// of get_global_size(2) x get_global_size(1) starts bo * outer_x + bi * stride_x elements in; ib
+// numbers it in the whole batch.
 #define GEMM_STRIP_ITEM                                                                     \
-  uint w = get_global_id(0), bi = get_global_id(1);                                         \
+  uint w = get_global_id(0), bi = get_global_id(1), bo = get_global_id(2);                  \
+  size_t ib = (size_t)bo * get_global_size(1) + bi;                                         \
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR;                   \
   uint p = w % nt, part = w / nt;                                                           \
   if (part >= parts) return;                                                                \
   uint n0 = GEMM_NR * p, nn = min((uint)GEMM_NR, N - n0);                                    \
   uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts);   \
-  __global float *c = C + c_off + (size_t)bi * stride_c + n0;
+  __global float *c = C + c_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0;
 
 // The forward linear layer's epilogue in gemm_an_strips (cf_gemm_nt_epilogue): y = x W^T + bias
 // added to the accumulators before the first slice's stores (alpha 1, beta 0), and act(y) written to
@@ -311,23 +315,24 @@ void gemm_act_rows(__global float *dst, __global const float *src, uint rows, ui
 // tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
 // attention's q.k^T 1.6x, in-place products with K = 256 2-4%. With B in place the host runs a K
 // over 768 as slices of kc (see the top; measured against slices run as separate launches: 4-5%
-// faster at K = 1024 and 2048). global: (panels * parts, batch), local (1, 1)
+// faster at K = 1024 and 2048). global: (panels * parts, batch, outer batch), local (1, 1, 1)
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
-                             uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, int trans_b, uint parts,
-                             float alpha, float beta, uint kc, uint epi, __global const float *bias, uint bias_off,
-                             __global float *act_out, uint act_off, int act) {
+                             uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint outer_a,
+                             uint outer_b, uint outer_c, int trans_b, uint parts, float alpha, float beta, uint kc,
+                             uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
+                             int act) {
   GEMM_STRIP_ITEM
-  __global const float *b = B + b_off + (size_t)bi * stride_b;
+  __global const float *b = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b;
   __global const float *panel = b + n0;
   uint b_ld = ldb;
   if (trans_b || N % GEMM_NR) {
-    __global float *own = S + (((size_t)bi * parts + part) * nt + p) * GEMM_NR * K;
+    __global float *own = S + ((ib * parts + part) * nt + p) * GEMM_NR * K;
     for (uint k0 = 0; k0 < K; k0 += 16) gemm_pack_block(own + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
     panel = own;
     b_ld = GEMM_NR;
   }
-  __global const float *a_all = A + a_off + (size_t)bi * stride_a;
+  __global const float *a_all = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
   uint k_all = K;
   float beta_all = beta;
   for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
@@ -347,7 +352,8 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
       }
       GEMM_EPILOGUE
       if ((epi & GEMM_EPI_ACT) && k0 + K == k_all)
-        gemm_act_rows(act_out + act_off + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc, c + (size_t)m0 * ldc,
+        gemm_act_rows(act_out + act_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc,
+                      c + (size_t)m0 * ldc,
                       min((uint)GEMM_MR, M - m0), ldc, nn, act);
     }
   }
@@ -363,14 +369,14 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 // spill accumulators). Against gemm_at (one item per tile, slices as separate launches), run
 // alternately with that build (medians of 4 runs each, cores 500 ns apart): the model's weight
 // gradients 768 x 256 x 1024 26% faster, 256 x 256 x 1024 13%, 256 x 1024 x 1024 1%; in one process
-// with the cores 120-170 ns apart, 0-11%. global: (panels * parts, batch), local (1, 1)
+// with the cores 120-170 ns apart, 0-11%. global: (panels * parts, batch, outer batch), local (1, 1, 1)
 __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
-                             uint stride_a, uint stride_b, uint stride_c, uint parts, float alpha, float beta,
-                             uint kc) {
+                             uint stride_a, uint stride_b, uint stride_c, uint outer_a, uint outer_b, uint outer_c,
+                             uint parts, float alpha, float beta, uint kc) {
   GEMM_STRIP_ITEM
-  __global const float *panel = B + b_off + (size_t)bi * stride_b + n0;
-  __global const float *a = A + a_off + (size_t)bi * stride_a;
+  __global const float *panel = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b + n0;
+  __global const float *a = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
   uint k_all = K, b_ld = ldb;
   float beta_all = beta;
   for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's

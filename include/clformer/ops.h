@@ -133,10 +133,11 @@ cf_status cf_residual_dropout_layernorm_backward(cf_context *ctx, cf_mem dinp /*
  * The input is the output of one fused QKV projection, inp (B, T, 3C): per token
  * [q (C) | k (C) | v (C)], head h owning channels h*HS .. h*HS+HS-1 of each, HS = C/NH.
  *
- * Forward: permute q, k, v into qkvp (3, B, NH, T, HS) (saved); preatt = q.k^T (one batched
- * GEMM, into att); softmax in place over att with scale 1/sqrt(HS), the causal mask and the key
- * mask (saved: att holds the probabilities P before dropout, its masked entries exactly 0);
- * y = P_drop.v (one batched GEMM); unpermute y into out (B, T, C).
+ * Forward: preatt = q.k^T (one batched GEMM over every sequence and head, reading each head where
+ * it lies in inp, into att); softmax in place over att with scale 1/sqrt(HS), the causal mask and
+ * the key mask (saved: att holds the probabilities P before dropout, its masked entries exactly
+ * 0); out = P_drop.v (one batched GEMM writing each head's columns of out). No permutes: inp is
+ * what the backward reads q, k and v from.
  *
  * Dropout: element i of att (B, NH, T, T) is kept iff
  * cf_uniform24(word i%4 of cf_random_bits(seed, step, tensor_id, i/4)) >= p, and scaled by
@@ -151,10 +152,9 @@ cf_status cf_residual_dropout_layernorm_backward(cf_context *ctx, cf_mem dinp /*
 /* Dropout on the attention probabilities is a cf_dropout like any other (p == 0: nothing extra
  * runs); the flat index i is the element's within (B, NH, T, T). */
 
-/* Floats of scratch both directions need (allocate once, pass to every call):
- * 3*B*T*C + B*NH*T*T. The forward alone uses B*T*C, plus B*NH*T*T when dropout is on; the
- * backward always uses the whole. `dropout` is accepted for callers that size for the
- * forward only in the future; today the size does not depend on it. */
+/* Floats of scratch both directions need (allocate once, pass to every call): B*NH*T*T. The
+ * forward uses it only when dropout is on; the backward always. `dropout` is accepted for callers
+ * that size for the forward only in the future; today the size does not depend on it. */
 size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout);
 
 /* key_mask: int (B, T), 0 marks a padded key position no query attends to; a cf_mem whose buf
@@ -162,20 +162,19 @@ size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout);
  * (and a zero output). */
 cf_status cf_attention_forward(cf_context *ctx,
                                cf_mem out,      // (B, T, C)
-                               cf_mem qkvp,     // (3, B, NH, T, HS) saved for backward
                                cf_mem att,      // (B, NH, T, T) saved: probabilities before dropout
                                cf_mem scratch,  // cf_attention_scratch_floats(...)
-                               cf_mem inp,      // (B, T, 3C)
+                               cf_mem inp,      // (B, T, 3C), read again by the backward
                                cf_mem key_mask, // int (B, T) or buf NULL
                                int B, int T, int C, int NH, cf_dropout drop);
 
-/* Overwrites dinp (no accumulation: attention has no weights). qkvp, att, key_mask and drop
- * must be those of the forward. */
+/* Overwrites dinp (no accumulation: attention has no weights; dinp must not overlap inp). inp,
+ * att, key_mask and drop must be those of the forward. */
 cf_status cf_attention_backward(cf_context *ctx,
                                 cf_mem dinp,     // (B, T, 3C)
                                 cf_mem scratch,  // cf_attention_scratch_floats(...)
                                 cf_mem dout,     // (B, T, C)
-                                cf_mem qkvp,     // (3, B, NH, T, HS)
+                                cf_mem inp,      // (B, T, 3C)
                                 cf_mem att,      // (B, NH, T, T)
                                 cf_mem key_mask, // int (B, T) or buf NULL
                                 int B, int T, int C, int NH, cf_dropout drop);

@@ -342,6 +342,13 @@ static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
 #define EPI_BIAS 1u          /* GEMM_EPI_BIAS, GEMM_EPI_ACT in cl/gemm.cl */
 #define EPI_ACT 2u
 
+/* The outer level of a nested batch (cf_gemm_batched_nested): `count` groups of the inner batch,
+ * group o's matrices starting o * a, o * b, o * c elements after group 0's. */
+typedef struct gemm_outer {
+  size_t count, a, b, c;
+} gemm_outer;
+static const gemm_outer one_group = {1, 0, 0, 0};
+
 /* A forward product's epilogue (cf_gemm_nt_bias_act): a buffer not set is not applied. */
 typedef struct gemm_epi {
   cf_mem bias, act_out;
@@ -450,8 +457,9 @@ static size_t strip_parts(const cf_context *ctx, size_t items, size_t tiles, siz
 static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, size_t kc,
                                     float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                     size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
-                                    size_t panels, size_t tiles, int packed_b, size_t budget, const gemm_epi *epi) {
-  size_t items = panels * batch, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
+                                    const gemm_outer *o, size_t panels, size_t tiles, int packed_b, size_t budget,
+                                    const gemm_epi *epi) {
+  size_t items = panels * batch * o->count, parts = strip_parts(ctx, items, tiles, K, kc, packed_b);
   while (budget && parts < tiles &&
          trips_strip((tiles + parts - 1) / parts, K, kc, packed_b, epi != NULL) > (double)budget)
     parts++;
@@ -463,7 +471,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_mem(&L, A);
   cf_arg_mem(&L, B);
   cf_arg_buf(&L, buf ? buf : C.buf);  /* S: unread when B is read in place */
-  CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c);
+  CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, o->a, o->b, o->c);
   cf_arg_int(&L, trans_b);
   cf_arg_uint(&L, (unsigned)parts);
   cf_arg_float(&L, alpha);
@@ -474,8 +482,8 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_mem(&L, flags & EPI_BIAS ? epi->bias : C);       /* unread without the flag */
   cf_arg_mem(&L, flags & EPI_ACT ? epi->act_out : C);
   cf_arg_int(&L, epi ? (int)epi->act : 0);
-  size_t global[2] = {panels * parts, batch}, local[2] = {1, 1};
-  return cf_launch_run(&L, 2, global, local);
+  size_t global[3] = {panels * parts, batch, o->count}, local[3] = {1, 1, 1};
+  return cf_launch_run(&L, 3, global, local);
 }
 
 /* op(A) = A^T, B read in place: gemm_at_strips (A^T in place) or gemm_at_rows (each item packs its
@@ -485,17 +493,18 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
 static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M, size_t N, size_t K, size_t kc,
                                         float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                         size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
-                                        size_t batch, size_t panels, size_t tiles, size_t budget) {
+                                        size_t batch, const gemm_outer *o, size_t panels, size_t tiles,
+                                        size_t budget) {
   cf_launch L;
-  size_t global[2] = {0, batch}, local[2] = {1, 1};
+  size_t global[3] = {0, batch, o->count}, local[3] = {1, 1, 1};
   if (a_inplace) {
-    size_t parts = strip_parts(ctx, panels * batch, tiles, K, kc, 0);
+    size_t parts = strip_parts(ctx, panels * batch * o->count, tiles, K, kc, 0);
     while (budget && parts < tiles && trips_strip((tiles + parts - 1) / parts, K, kc, 0, 0) > (double)budget) parts++;
     cf_launch_begin(&L, ctx, "gemm", "gemm_at_strips");
     cf_arg_mem(&L, C);
     cf_arg_mem(&L, A);
     cf_arg_mem(&L, B);
-    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, parts);
+    CF_ARG_UINTS(&L, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, o->a, o->b, o->c, parts);
     global[0] = panels * parts;
   } else {
     size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, per = 8, groups = 1;
@@ -523,14 +532,32 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
-  return cf_launch_run(&L, 2, global, local);
+  return cf_launch_run(&L, a_inplace ? 3 : 2, global, local);  /* gemm_at_rows: one group (own_gemm) */
 }
 
-/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). */
+/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). The strip kernels take a nested
+ * batch in one launch; the others a group at a time. */
 static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
-                          cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_epi *epi) {
-  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch))
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o,
+                          const gemm_epi *epi) {
+  int packed_b = trans_b || N % OWN_NR;
+  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
+   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
+   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
+   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
+   * packed is faster. */
+  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
+  int strips = K > 0 && (!trans_a || (a_inplace && !packed_b));
+  if (o->count > 1 && !strips) {
+    for (size_t g = 0; g < o->count; g++)
+      CF_TRY(own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
+                      cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch,
+                      &one_group, epi));
+    return CF_OK;
+  }
+  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch) ||
+      !(fits32(o->a) && fits32(o->b) && fits32(o->c)))
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
                    "indexing of the own kernels", M, N, K, batch);
   size_t budget = 0;
@@ -543,19 +570,12 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
    * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
    * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
   size_t kc = own_kc(K);
-  int packed_b = trans_b || N % OWN_NR;
   if (!trans_a && K > 0)
     return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
-                              beta, C, ldc, stride_c, batch, panels, tiles, packed_b, budget, epi);
-  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
-   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
-   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
-   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
-   * packed is faster. */
-  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
+                              beta, C, ldc, stride_c, batch, o, panels, tiles, packed_b, budget, epi);
   if (trans_a && K > 0 && !packed_b)
     return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                                  ldc, stride_c, batch, panels, tiles, budget);
+                                  ldc, stride_c, batch, o, panels, tiles, budget);
   /* gemm_at: op(A) = A^T with op(B) packed by gemm_pack_b, or K = 0 (C = beta C, A and B unread) */
   int pack_b = packed_b && K > 0, pack_a = trans_a && K > 0 && !a_inplace;
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
@@ -621,14 +641,15 @@ static cf_status choose(cf_context *ctx, cf_gemm_impl impl, int ta, int tb, size
  * dimensions; epi: whether our kernels would also run gemm_an_strips's epilogue. */
 static cf_status pick(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                       cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, cf_mem C,
-                      size_t ldc, size_t stride_c, size_t batch, int epi, cf_gemm_impl *use) {
+                      size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o, int epi, cf_gemm_impl *use) {
   size_t acols = trans_a ? M : K, bcols = trans_b ? K : N;
   if (lda < (acols ? acols : 1) || ldb < (bcols ? bcols : 1) || ldc < N)
     return CF_FAIL(CF_ERR_INVALID_ARG,
                    "GEMM %c%c M=%zu N=%zu K=%zu: leading dimensions lda=%zu ldb=%zu ldc=%zu too small",
                    trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc);
-  CF_TRY(choose(ctx, impl, trans_a, trans_b, M, N, K, batch, use));
-  int fits = own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch);
+  CF_TRY(choose(ctx, impl, trans_a, trans_b, M, N, K, batch * o->count, use));
+  int fits = own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch) &&
+             fits32(o->a) && fits32(o->b) && fits32(o->c);
   if (*use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && !fits) *use = CF_GEMM_CLBLAST;
   if (*use == CF_GEMM_OWN && impl == CF_GEMM_AUTO && K > 0) {  /* too long for the device's loops: CLBlast */
     size_t budget = 0;
@@ -639,18 +660,22 @@ static cf_status pick(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans
   return CF_OK;
 }
 
+/* A batch of o->count x batch products (o: one_group for a plain batch); CLBlast takes a group at a
+ * time. The implementation is picked for the whole batch. */
 static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                           float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
-                          float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
-  if (M == 0 || N == 0 || batch == 0) return CF_OK;
+                          float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o) {
+  if (M == 0 || N == 0 || batch == 0 || o->count == 0) return CF_OK;
   cf_gemm_impl use;
-  CF_TRY(pick(ctx, impl, trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch, 0,
+  CF_TRY(pick(ctx, impl, trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch, o, 0,
               &use));
   if (use == CF_GEMM_OWN)
     return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                    batch, NULL);
-  return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                      batch);
+                    batch, o, NULL);
+  for (size_t g = 0; g < o->count; g++)
+    CF_TRY(clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
+                        cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch));
+  return CF_OK;
 }
 
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
@@ -660,11 +685,11 @@ cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M,
   if (M == 0 || N == 0) return CF_OK;
   if ((unsigned)act > CF_ACT_GELU_ERF) return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: unknown activation %d", (int)act);
   cf_gemm_impl use;
-  CF_TRY(pick(ctx, impl, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, 1, &use));
+  CF_TRY(pick(ctx, impl, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, &one_group, 1, &use));
   *fused = use == CF_GEMM_OWN && K > 0;
-  if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
+  if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group);
   gemm_epi e = {bias, act_out, act};
-  return own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &e);
+  return own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
 }
 
 cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
@@ -674,24 +699,42 @@ cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_
 
 cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                        float alpha, cf_mem A, size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
-  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group);
 }
 
 cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
                                size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-                  stride_c, batch);
+                  stride_c, batch, &one_group);
 }
 
 cf_status cf_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
                   size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc) {
-  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                  &one_group);
 }
 
 cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
                           cf_mem C, size_t ldc, size_t stride_c, size_t batch) {
   return gemm_any(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-                  stride_c, batch);
+                  stride_c, batch, &one_group);
+}
+
+cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
+                                      size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, size_t outer_a,
+                                      cf_mem B, size_t ldb, size_t stride_b, size_t outer_b, float beta, cf_mem C,
+                                      size_t ldc, size_t stride_c, size_t outer_c, size_t inner, size_t outer) {
+  gemm_outer o = {outer, outer_a, outer_b, outer_c};
+  return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                  stride_c, inner, &o);
+}
+
+cf_status cf_gemm_batched_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                                 cf_mem A, size_t lda, size_t stride_a, size_t outer_a, cf_mem B, size_t ldb,
+                                 size_t stride_b, size_t outer_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
+                                 size_t outer_c, size_t inner, size_t outer) {
+  return cf_gemm_batched_nested_with(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, outer_a, B,
+                                     ldb, stride_b, outer_b, beta, C, ldc, stride_c, outer_c, inner, outer);
 }

@@ -199,7 +199,7 @@ static cf_status self_attention_forward(cf_model *m, const block_stack *s, int l
     CF_TRY(cf_attention_fused_forward(m->ctx, A(a->atty), A(a->att), S(m->s_attn), qkv, cf_shift(qkv, C),
                                       cf_shift(qkv, 2 * C), s->key_len, &d, probs_key(m, s, l, DROP_ATT_PROBS)));
   } else {
-    CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->qkvp), A(a->att), S(m->s_attn), A(a->qkv), absent(), s->B,
+    CF_TRY(cf_attention_forward(m->ctx, A(a->atty), A(a->att), S(m->s_attn), A(a->qkv), absent(), s->B,
                                 s->T, C, m->NH, probs_key(m, s, l, DROP_ATT_PROBS)));
   }
   return cf_linear_forward(m, N, S(m->s_branch), A(a->atty), p->proj_w, p->proj_b, C, C);
@@ -323,7 +323,7 @@ static cf_status self_attention_backward(cf_model *m, const block_stack *s, int 
                                        S(m->s_datt), qkv, cf_shift(qkv, C), cf_shift(qkv, 2 * C), A(a->atty), A(a->att),
                                        s->key_len, &d, key));
   } else {
-    CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_datt), A(a->qkvp), A(a->att), absent(),
+    CF_TRY(cf_attention_backward(m->ctx, S(m->s_dqkv), S(m->s_attn), S(m->s_datt), A(a->qkv), A(a->att), absent(),
                                  s->B, s->T, C, m->NH, key));
   }
   return cf_linear_backward(m, N, dinp, p->qkv_w, p->qkv_b, S(m->s_dqkv), inp, C, 3 * C, accumulate);

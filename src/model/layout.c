@@ -142,11 +142,10 @@ static void layout_layer(cf_model *m, const block_stack *s, layer_acts *a, size_
   a->rstd2 = cf_arena_take(x, N);
   a->res2 = cf_arena_take(x, N * C);
   a->qkv = cf_arena_take(x, N * 3 * C);
-  /* materialised: q, k, v per head and the probabilities (B, NH, T, T); fused: the logsumexp of
-   * each query row (B, NH, T) in att, and no permuted copy (the kernels read qkv in place) */
+  /* materialised: the probabilities (B, NH, T, T); fused: the logsumexp of each query row
+   * (B, NH, T) in att (both read q, k and v from qkv in place) */
   size_t BNHT = N * (size_t)m->NH;
   int fused = m->mc.attention == CF_ATTENTION_FUSED;
-  a->qkvp = fused ? SIZE_MAX : cf_arena_take(x, N * 3 * C);
   a->att = cf_arena_take(x, fused ? BNHT : BNHT * m->T);
   a->atty = cf_arena_take(x, N * C);
   a->h = cf_arena_take(x, N * F);

@@ -46,7 +46,7 @@ typedef struct layer_params {  /* offsets into the flat parameter buffer */
  * sublayer reads norm (the block's output: the last norm). */
 typedef struct layer_acts {
   size_t norm1, mean1, rstd1, res1, norm2, mean2, rstd2, res2;
-  size_t qkv, qkvp, att, atty, h, a;
+  size_t qkv, att, atty, h, a;
   size_t normx, meanx, rstdx, resx;  /* cross-attention's LayerNorm and sum */
   size_t xq, xkv, xlse, xatty;       /* its queries (N, C), keys | values of the memory (N_src, 2C),
                                         logsumexp (B, NH, T) and output (N, C) */

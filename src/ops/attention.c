@@ -1,14 +1,12 @@
-/* Causal multi-head self-attention, host side: argument checks, the scratch layout, and the
- * sequence of layout kernels, batched GEMMs and softmax kernels (see include/clformer/attention.h).
+/* Causal multi-head self-attention, host side: argument checks and the sequence of batched GEMMs
+ * and softmax kernels (see include/clformer/ops.h).
  *
- * Scratch layout (floats), one allocation shared by forward and backward:
- *   [0, 3*B*T*C)                 heads area (3, B, NH, T, HS): forward y in its first slot;
- *                                backward dq | dk | dv, with dy (B, NH, T, HS) parked in the dq slot
- *                                until dq is written (dy is last read by the GEMM before that).
- *   [3*B*T*C, + B*NH*T*T)        T x T area: forward P_drop (dropout only); backward P_drop for
- *                                dv, then dP (dy.v^T), turned into dpreatt in place.
- * The GEMMs compute the full T x T products; the causal half they waste is the price of
- * using CLBlast's tuned batched kernels (a fused kernel would skip it). */
+ * The GEMMs read each head's q, k and v where the QKV projection put them, (B, T, 3C) with head h
+ * at columns h*HS of each third, and write the output and dq | dk | dv the same way, as nested
+ * batches (B sequences of NH heads: cf_gemm_batched_nested), so no permute runs either way.
+ * Scratch: the T x T area (B, NH, T, T): forward P_drop (dropout only); backward P_drop for dv,
+ * then dP (dy.v^T), turned into dpreatt in place. The GEMMs compute the full T x T products; the
+ * causal half they waste is the price of the tuned batched kernels (the fused path skips it). */
 #include <math.h>
 #include "clformer/ops.h"
 #include "clformer/gemm.h"
@@ -19,8 +17,9 @@
 
 size_t cf_attention_scratch_floats(int B, int T, int C, int NH, int dropout) {
   (void)dropout;
+  (void)C;
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
-  return 3 * (size_t)B * T * C + (size_t)B * NH * T * T;
+  return (size_t)B * NH * T * T;
 }
 
 static cf_status check_args(int B, int T, int C, int NH, cf_dropout drop) {
@@ -36,22 +35,29 @@ static cf_status check_args(int B, int T, int C, int NH, cf_dropout drop) {
   return CF_OK;
 }
 
-/* dst (S, B, NH, T, HS) <- src (B, T, S*C), or the inverse. */
-static cf_status relayout(cf_context *ctx, const char *kernel, cf_mem dst, cf_mem src, int S, int B, int T, int C,
-                          int NH) {
-  int vec = (C / NH) % 4 == 0;
-  cf_launch L;
-  cf_launch_begin(&L, ctx, "attention", kernel);
-  cf_arg_mem(&L, dst);
-  cf_arg_mem(&L, src);
-  CF_ARG_INTS(&L, S, B, T, C, NH, vec);
-  size_t n = (size_t)S * B * T * C, local = cf_program_local(ctx, "attention", 64);
-  size_t global = vec ? n / 4 : n;
-  if (cf_context_cpu_shapes(ctx)) {  /* one item per row of HS floats (cl/attention.cl) */
-    global = (size_t)S * B * NH * T;
-    local = 16;
-  }
-  return cf_launch_run(&L, 1, &global, &local);
+/* The nested batched product of every (sequence, head): op(A) op(B) into C, each operand either a
+ * head's slice of a token-row tensor (ld its row width, heads HS apart, sequences T rows apart) or
+ * a T x T matrix of the (B, NH, T, T) area. */
+typedef struct heads_operand {
+  cf_mem m;
+  size_t ld, head, seq;  /* row stride, head stride, sequence stride (floats) */
+} heads_operand;
+
+static heads_operand token_rows(cf_mem m, size_t width, int T, size_t HS) {
+  heads_operand o = {m, width, HS, (size_t)T * width};
+  return o;
+}
+
+static heads_operand square(cf_mem m, int T, int NH) {
+  size_t TT = (size_t)T * T;
+  heads_operand o = {m, (size_t)T, TT, (size_t)NH * TT};
+  return o;
+}
+
+static cf_status heads_gemm(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, heads_operand a,
+                            heads_operand b, heads_operand c, int B, int NH) {
+  return cf_gemm_batched_nested(ctx, ta, tb, M, N, K, 1.0f, a.m, a.ld, a.head, a.seq, b.m, b.ld, b.head, b.seq, 0.0f,
+                                c.m, c.ld, c.head, c.seq, (size_t)NH, (size_t)B);
 }
 
 /* The softmax kernels' grid: on CPUs one row per work-item (B*NH*T items in small groups); else
@@ -98,35 +104,32 @@ cf_status cf_attention_softmax_backward_launch(cf_context *ctx, cf_mem datt, cf_
   return cf_launch_run(&L, 1, &global, &local);
 }
 
-cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem qkvp, cf_mem att, cf_mem scratch, cf_mem inp,
-                               cf_mem key_mask, int B, int T, int C, int NH, cf_dropout drop) {
+cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem att, cf_mem scratch, cf_mem inp, cf_mem key_mask,
+                               int B, int T, int C, int NH, cf_dropout drop) {
   CF_TRY(check_args(B, T, C, NH, drop));
-  size_t HS = (size_t)(C / NH), BNH = (size_t)B * NH, BTC = (size_t)B * T * C, TT = (size_t)T * T;
-  cf_mem q = qkvp, k = cf_shift(qkvp, BTC), v = cf_shift(qkvp, 2 * BTC);
-  cf_mem y = scratch, pdrop = cf_shift(scratch, 3 * BTC);
+  size_t HS = (size_t)(C / NH), W = 3 * (size_t)C;
+  heads_operand q = token_rows(inp, W, T, HS), k = token_rows(cf_shift(inp, C), W, T, HS),
+                v = token_rows(cf_shift(inp, 2 * (size_t)C), W, T, HS);
 
-  CF_TRY(relayout(ctx, "attention_rows_to_heads", qkvp, inp, 3, B, T, C, NH));
   /* preatt = q.k^T (scaled in the softmax) */
-  CF_TRY(cf_gemm_batched(ctx, 0, 1, T, T, HS, 1.0f, q, HS, T * HS, k, HS, T * HS, 0.0f, att, T, TT, BNH));
-
-  CF_TRY(cf_attention_softmax_forward_launch(ctx, att, pdrop, key_mask, B, NH, T, (float)(1.0 / sqrt((double)HS)),
+  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, q, k, square(att, T, NH), B, NH));
+  CF_TRY(cf_attention_softmax_forward_launch(ctx, att, scratch, key_mask, B, NH, T, (float)(1.0 / sqrt((double)HS)),
                                              drop));
-
-  /* y = P_drop.v, then back to token rows */
-  CF_TRY(cf_gemm_batched(ctx, 0, 0, T, HS, T, 1.0f, drop.p > 0.0f ? pdrop : att, T, TT, v, HS, T * HS, 0.0f, y, HS,
-                         T * HS, BNH));
-  return relayout(ctx, "attention_heads_to_rows", out, y, 1, B, T, C, NH);
+  /* out = P_drop.v, straight into token rows */
+  return heads_gemm(ctx, 0, 0, T, HS, T, square(drop.p > 0.0f ? scratch : att, T, NH), v,
+                    token_rows(out, (size_t)C, T, HS), B, NH);
 }
 
-cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf_mem dout, cf_mem qkvp, cf_mem att,
+cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf_mem dout, cf_mem inp, cf_mem att,
                                 cf_mem key_mask, int B, int T, int C, int NH, cf_dropout drop) {
+  (void)key_mask;  /* masked probabilities are zero in att: their gradients come out zero */
   CF_TRY(check_args(B, T, C, NH, drop));
-  size_t HS = (size_t)(C / NH), BNH = (size_t)B * NH, BTC = (size_t)B * T * C, TT = (size_t)T * T;
-  cf_mem q = qkvp, k = cf_shift(qkvp, BTC), v = cf_shift(qkvp, 2 * BTC);
-  cf_mem dq = scratch, dk = cf_shift(scratch, BTC), dv = cf_shift(scratch, 2 * BTC);
-  cf_mem dy = dq, datt = cf_shift(scratch, 3 * BTC);
-
-  CF_TRY(relayout(ctx, "attention_rows_to_heads", dy, dout, 1, B, T, C, NH));
+  size_t HS = (size_t)(C / NH), W = 3 * (size_t)C, BNH = (size_t)B * NH, TT = (size_t)T * T;
+  heads_operand q = token_rows(inp, W, T, HS), k = token_rows(cf_shift(inp, C), W, T, HS),
+                v = token_rows(cf_shift(inp, 2 * (size_t)C), W, T, HS);
+  heads_operand dq = token_rows(dinp, W, T, HS), dk = token_rows(cf_shift(dinp, C), W, T, HS),
+                dv = token_rows(cf_shift(dinp, 2 * (size_t)C), W, T, HS), dy = token_rows(dout, (size_t)C, T, HS);
+  cf_mem datt = scratch;
 
   /* dv = P_drop^T.dy; P_drop regenerated into the T x T area, which dP overwrites next */
   cf_mem pd = att;
@@ -143,14 +146,11 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
     pd = datt;
   }
-  CF_TRY(cf_gemm_batched(ctx, 1, 0, T, HS, T, 1.0f, pd, T, TT, dy, HS, T * HS, 0.0f, dv, HS, T * HS, BNH));
+  CF_TRY(heads_gemm(ctx, 1, 0, T, HS, T, square(pd, T, NH), dy, dv, B, NH));
   /* dP_drop = dy.v^T */
-  CF_TRY(cf_gemm_batched(ctx, 0, 1, T, T, HS, 1.0f, dy, HS, T * HS, v, HS, T * HS, 0.0f, datt, T, TT, BNH));
-
+  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, dy, v, square(datt, T, NH), B, NH));
   CF_TRY(cf_attention_softmax_backward_launch(ctx, datt, att, B, NH, T, (float)(1.0 / sqrt((double)HS)), drop));
-
-  /* dq = dpreatt.k (overwrites dy, no longer needed), dk = dpreatt^T.q */
-  CF_TRY(cf_gemm_batched(ctx, 0, 0, T, HS, T, 1.0f, datt, T, TT, k, HS, T * HS, 0.0f, dq, HS, T * HS, BNH));
-  CF_TRY(cf_gemm_batched(ctx, 1, 0, T, HS, T, 1.0f, datt, T, TT, q, HS, T * HS, 0.0f, dk, HS, T * HS, BNH));
-  return relayout(ctx, "attention_heads_to_rows", dinp, scratch, 3, B, T, C, NH);
+  /* dq = dpreatt.k, dk = dpreatt^T.q */
+  CF_TRY(heads_gemm(ctx, 0, 0, T, HS, T, square(datt, T, NH), k, dq, B, NH));
+  return heads_gemm(ctx, 1, 0, T, HS, T, square(datt, T, NH), q, dk, B, NH);
 }

@@ -2,7 +2,7 @@
  * all transpose forms, sizes at the edges of our 6 x 64 register tiles, K past 1000 (several
  * tile groups), offsets, padded rows and matrices that must stay untouched, alpha/beta (beta 0
  * over a NaN-poisoned C), the strided-batched form with odd strides, the forward layer's fused
- * bias and activation epilogue, the choice of
+ * bias and activation epilogue, nested batches (heads read in place), the choice of
  * implementation by $CLFORMER_GEMM, run-to-run bit equality, and (our kernels, CPU devices) no
  * read or write past either end of tightly sized operands. Relative error in the Frobenius norm
  * below 1e-5. Also the tuning file: read and written back byte for byte, malformed lines reported
@@ -102,6 +102,60 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
     printf("ok   %s: relative error %.3g\n", what, err);
   free(A); free(B); free(C0); free(C); free(ref);
   cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
+}
+
+/* A nested batch (cf_gemm_batched_nested) as attention uses it: `inner` heads side by side in each
+ * row of a wider tensor, `outer` sequences one after another; C's gaps (a padded row end, a gap
+ * between sequences) must stay untouched, its matrices poisoned first when beta is 0. */
+static void nested_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
+                        size_t inner, size_t outer, float beta) {
+  size_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+  size_t lda = inner * acols + 1, ldb = inner * bcols + 3, ldc = inner * N + 2;
+  size_t oa = arows * lda + 5, ob = brows * ldb + 7, oc = M * ldc + 3;
+  size_t na = outer * oa, nb = outer * ob, nc = outer * oc;
+  float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4);
+  test_fill_uniform(r, A, na, -1, 1);
+  test_fill_uniform(r, B, nb, -1, 1);
+  test_fill_uniform(r, C0, nc, -1, 1);
+  double *ref = malloc(nc * sizeof *ref);
+  for (size_t i = 0; i < nc; i++) ref[i] = C0[i];
+  for (size_t o = 0; o < outer; o++)
+    for (size_t h = 0; h < inner; h++)
+      ref_gemm(ta, tb, M, N, K, 1.0f, A + o * oa + h * acols, lda, B + o * ob + h * bcols, ldb, beta,
+               ref + o * oc + h * N, ldc);
+  cl_mem dA = test_buffer(ctx, A, na), dB = test_buffer(ctx, B, nb), dC = test_buffer(ctx, C0, nc);
+  if (beta == 0)
+    for (size_t o = 0; o < outer; o++)
+      for (size_t i = 0; i < M; i++) test_poison(ctx, cf_at(dC, o * oc + i * ldc), inner * N);
+  TEST_OK(cf_gemm_batched_nested_with(ctx, impl, ta, tb, M, N, K, 1.0f, cf_at(dA, 0), lda, acols, oa, cf_at(dB, 0), ldb,
+                                      bcols, ob, beta, cf_at(dC, 0), ldc, N, oc, inner, outer));
+  float *C = test_read(ctx, cf_at(dC, 0), nc);
+  int nonfinite, untouched = 1;
+  double err = rel_fro(C, ref, nc, &nonfinite);
+  for (size_t i = 0; i < nc; i++) {
+    size_t rel = i % oc;
+    int inside = rel < M * ldc && rel % ldc < inner * N;
+    if (!inside && C[i] != C0[i]) untouched = 0;
+  }
+  ncases++;
+  TEST_ASSERT(nonfinite == 0 && err < 1e-5 && untouched,
+              "%s nested %c%c M=%zu N=%zu K=%zu %zu x %zu beta %g: relative error %.3g, %d non-finite, padding %s",
+              cf_gemm_impl_name(impl), ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, outer, inner, beta, err, nonfinite,
+              untouched ? "intact" : "overwritten");
+  free(A); free(B); free(C0); free(C); free(ref);
+  cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
+}
+
+/* Every form, at attention's shapes and at edges (M < 6, N not a multiple of 64: the kernels that pack
+ * and so run a group at a time). */
+static void check_nested(cf_context *ctx, test_rng *r) {
+  static const size_t shapes[][5] = {{64, 64, 64, 4, 3}, {37, 64, 37, 3, 2}, {64, 37, 64, 2, 3}, {5, 64, 9, 2, 2},
+                                     {13, 70, 29, 3, 2}};
+  for (int impl = CF_GEMM_CLBLAST; impl <= CF_GEMM_OWN; impl++)
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+      for (int f = 0; f < 4; f++)
+        nested_case(ctx, (cf_gemm_impl)impl, r, f & 1, f >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                    shapes[s][4], s % 2 ? 0.0f : 0.5f);
 }
 
 /* The forward linear layer's epilogue (cf_gemm_nt_bias_act): y = x W^T + bias, act_out = act(y),
@@ -598,6 +652,7 @@ int main(void) {
   run_all(ctx, CF_GEMM_OWN, &r);
   check_deterministic(ctx, &r);
   check_epilogue(ctx, &r);
+  check_nested(ctx, &r);
   check_guarded(ctx, &r);
   check_loop_budget(ctx, &r);
   check_tuned(ctx, &r);

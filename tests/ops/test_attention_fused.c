@@ -179,12 +179,12 @@ static void check_against_materialised(cf_context *ctx, test_rng *r, int B, int 
   cf_mem mmask = padded ? int_tensor(ctx, mask, (size_t)B * T, 3) : cf_at(NULL, 0);
   cf_mem mlen = padded ? int_tensor(ctx, len, (size_t)B, 3) : cf_at(NULL, 0);
   /* materialised */
-  cf_mem out1 = test_tensor(ctx, NULL, nout, 3), qkvp = test_tensor(ctx, NULL, nin, 3);
+  cf_mem out1 = test_tensor(ctx, NULL, nout, 3);
   cf_mem att = test_tensor(ctx, NULL, (size_t)B * NH * T * T, 3);
   cf_mem scr = test_tensor(ctx, NULL, cf_attention_scratch_floats(B, T, C, NH, p > 0), 3);
   cf_mem din1 = test_tensor(ctx, NULL, nin, 3);
-  TEST_OK(cf_attention_forward(ctx, out1, qkvp, att, scr, mi, mmask, B, T, C, NH, drop));
-  TEST_OK(cf_attention_backward(ctx, din1, scr, mdo, qkvp, att, mmask, B, T, C, NH, drop));
+  TEST_OK(cf_attention_forward(ctx, out1, att, scr, mi, mmask, B, T, C, NH, drop));
+  TEST_OK(cf_attention_backward(ctx, din1, scr, mdo, mi, att, mmask, B, T, C, NH, drop));
   /* fused */
   cf_attention_dims d = {B, T, T, NH, (int)HS, 1, 3 * C, 3 * C, 3 * C, C, (float)(1.0 / sqrt((double)HS))};
   cf_mem out2 = test_tensor(ctx, NULL, nout, 3), lse = test_tensor(ctx, NULL, (size_t)B * NH * T, 3);

@@ -251,11 +251,11 @@ static void fused_kernels_take_group0(cf_context *ctx, test_rng *r) {
     cf_dropout dk = d;
     dk.group0 = k ? NH * T * T / 4 : 0;
     size_t rows = (size_t)b * T;
-    cf_mem out = test_tensor(ctx, NULL, rows * AC, 0), qkvp = test_tensor(ctx, NULL, 3 * rows * AC, 0);
+    cf_mem out = test_tensor(ctx, NULL, rows * AC, 0);
     cf_mem att = test_tensor(ctx, NULL, (size_t)b * NH * T * T, 0);
     cf_mem scr = test_tensor(ctx, NULL, cf_attention_scratch_floats(b, T, AC, NH, 1), 0);
     cf_mem in = test_tensor(ctx, inp + (B - b) * T * 3 * AC, 3 * rows * AC, 0);
-    TEST_OK(cf_attention_forward(ctx, out, qkvp, att, scr, in, cf_at(NULL, 0), b, T, AC, NH, dk));
+    TEST_OK(cf_attention_forward(ctx, out, att, scr, in, cf_at(NULL, 0), b, T, AC, NH, dk));
     outs[k] = test_read(ctx, out, (size_t)b * T * AC);
   }
   double ref[T * AC];
