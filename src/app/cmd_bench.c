@@ -46,13 +46,16 @@
  *     startup              {"context_s", "model_s", "first_step_s", "total_s", "cache_hits", "cache_misses"}
  *                          seconds from the command's start (total_s: to the end of the first step);
  *                          cache_misses 0 means a warm kernel cache. null when the step was not run first.
- *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "unavailable", "ops": [{"name",
- *                           "calls", "ms", "share"}]}: OpenCL profiling events per kernel name, per step
+ *     breakdown            {"steps", "step_ms", "device_ms", "gemm_ms", "unavailable", "fma_peak_gflops",
+ *                           "gemm_fraction_of_peak", "ops": [{"name", "calls", "ms", "share"}]}: OpenCL
+ *                           profiling events per kernel name, per step
  *                           (calls and ms are means over `steps` profiled steps; share = ms / device_ms),
  *                           largest first; GEMM kernels are those named gemm* (ours) or clblast* (CLBlast's
  *                           last kernel). unavailable: null, or why the device's events measure nothing
  *                           (rusticl's read about 1 ns each: cf_profile_implausible); then device_ms and
- *                           gemm_ms are null and ops is empty
+ *                           gemm_ms are null and ops is empty. fma_peak_gflops: the device's fp32 FMA peak
+ *                           measured right after (as `bench gemm` does; 0 when there is no breakdown);
+ *                           gemm_fraction_of_peak: flops_per_step / gemm_ms over it (null without it)
  *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means

@@ -242,7 +242,7 @@ static cf_status time_shape(cf_context *ctx, const gemm_shape *s, const blas *bl
 
 /* Rounds of an item's loop, doubled until a run lasts ~50 ms, but never past half the device's loop
  * budget (gemm/loop_budget.h): llvmpipe would stop the loop early and the peak would read high. */
-static cf_status fma_peak(cf_context *ctx, double *gflops) {
+cf_status cf_bench_fma_peak(cf_context *ctx, double *gflops) {
   const cf_device_info *d = cf_context_device(ctx);
   size_t items = (size_t)(d->compute_units ? d->compute_units : 1) * 8, local = 1, budget = 0;
   CF_TRY(cf_gemm_loop_budget(ctx, &budget));
@@ -499,7 +499,7 @@ cf_status cf_bench_gemm(cf_context *ctx, const cf_config *cfg, int vs_blas, int 
   b.nsh = cf_model_gemm_shapes(cfg, b.sh);
   b.have_blas = vs_blas && blas_open(&b.bl);
   b.nimpl = b.have_blas ? 3 : 2;
-  CF_TRY(fma_peak(ctx, &b.peak));
+  CF_TRY(cf_bench_fma_peak(ctx, &b.peak));
   /* CLBlast's defaults are timed first, while the tuning file is held back: once its parameters are
    * applied CLBlast cannot be put back to its defaults in this process */
   int dflt = cf_gemm_tune_hold(ctx);

@@ -46,6 +46,10 @@ struct cf_model;
 cf_status cf_bench_transfers(cf_context *ctx, struct cf_model *m, cf_bench_fn step, void *arg, int steps, FILE *out,
                              struct json_t *report);
 
+/* The device's fp32 FMA peak in GFLOP/s (bench_gemm.c): the median of 7 runs of a kernel of
+ * register-only FMAs on float16 vectors, each about 50 ms. */
+cf_status cf_bench_fma_peak(cf_context *ctx, double *gflops);
+
 /* Sleeps s seconds (resumed after signals). */
 void cf_bench_pause(double s);
 

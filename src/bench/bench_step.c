@@ -96,6 +96,7 @@ typedef struct step_bench {
   cf_cache_stats cache;                /* the kernel cache after the first step */
   size_t params;
   double flops;                        /* in a step's matrix products */
+  double peak;                         /* the device's FMA peak, GFLOP/s, measured after the profiled steps */
   cf_profile_entry *ops;               /* the breakdown: per kernel name, ms per step */
   int nops;
   double prof_wall, dev, gemm_ms;      /* a profiled step's seconds; device and GEMM ms per step */
@@ -251,6 +252,10 @@ static void print_breakdown(const step_bench *b) {
             100 * b->ops[i].ms / dev);
   fprintf(out, "  GEMM total %.2f ms (%.1f%%), everything else %.2f ms (%.1f%%)\n", gemm_ms, 100 * gemm_ms / dev,
           dev - gemm_ms, 100 * (dev - gemm_ms) / dev);
+  if (gemm_ms > 0 && b->peak > 0)
+    fprintf(out, "  matrix products: %.3f GFLOP in the GEMM kernels' %.2f ms, %.1f GFLOP/s: %.1f%% of the fp32 FMA peak "
+            "(%.1f GFLOP/s, a kernel of register-only FMAs run after these steps)\n", b->flops * 1e-9, gemm_ms,
+            b->flops / gemm_ms * 1e-6, 100 * b->flops / gemm_ms * 1e-6 / b->peak, b->peak);
 }
 
 /* torch's setup and step time, and the speed ratio. */
@@ -288,9 +293,11 @@ static json_t *breakdown_json(const step_bench *b) {
       rows = NULL;
     }
   if (!rows) return NULL;
-  return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n}", "steps", b->psteps, "step_ms",
+  json_t *frac = b->gemm_ms > 0 && b->peak > 0 ? cf_json_num(b->flops / b->gemm_ms * 1e-6 / b->peak, "%.4f") : json_null();
+  return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n, s:o, s:o}", "steps", b->psteps, "step_ms",
                    cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", cf_json_num(b->dev, "%.4f"), "gemm_ms",
-                   cf_json_num(b->gemm_ms, "%.4f"), "ops", rows, "unavailable");
+                   cf_json_num(b->gemm_ms, "%.4f"), "ops", rows, "unavailable", "fma_peak_gflops",
+                   cf_json_num(b->peak, "%.2f"), "gemm_fraction_of_peak", frac);
 }
 
 static json_t *model_json(const step_bench *b) {
@@ -358,6 +365,7 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
   CF_TRY(timed_rounds(b));
   print_step_time(b);
   CF_TRY(profile_steps(b));
+  if (b->nops && !b->prof_bad) CF_TRY(cf_bench_fma_peak(b->ctx, &b->peak));
   print_breakdown(b);
   CF_TRY(cf_bench_transfers(b->ctx, b->s.m, enqueue_step, &b->s, b->psteps, b->out, report));
   if (b->o->vs_torch) print_torch(b);

@@ -60,6 +60,10 @@ if sys.argv[2] == "step":
     if not any("layernorm" in n for n in names): missing.append("layernorm in breakdown")
     if any(ops[i]["ms"] < ops[i + 1]["ms"] for i in range(len(ops) - 1)): missing.append("ops sorted")
     if abs(sum(o["ms"] for o in ops) - s["breakdown"]["device_ms"]) > 1e-2: missing.append("device_ms = sum")
+    bd = s["breakdown"]
+    frac = s["flops_per_step"] / (bd["gemm_ms"] * 1e6) / bd["fma_peak_gflops"] if bd.get("fma_peak_gflops", 0) > 0 else -1
+    if not (0 < frac < 1.2 and abs(frac - (bd.get("gemm_fraction_of_peak") or 0)) < 1e-3):
+        missing.append("gemm_fraction_of_peak = flops / gemm_ms / fma_peak_gflops")
 else:
     r = d["kernels"]["results"]
     if not r or any("adam" not in x["kernel"] for x in r): missing.append("--only adam rows")
@@ -70,7 +74,8 @@ EOF
 
 out=$("$bin" bench step "${small[@]}" --steps 10 --warmup 2 --json "$tmp/a.json" 2>&1); rc=$?
 miss=$(check_json "$tmp/a.json" step 2>&1)
-if [[ $rc -eq 0 && -z "$miss" && "$out" == *"tokens/s"* && "$out" == *"GEMM total"* ]]; then ok "bench step: JSON fields, FLOP count, breakdown"
+if [[ $rc -eq 0 && -z "$miss" && "$out" == *"tokens/s"* && "$out" == *"GEMM total"* && "$out" == *"of the fp32 FMA peak"* ]]
+then ok "bench step: JSON fields, FLOP count, breakdown, products against the FMA peak"
 else bad "bench step rc=$rc missing: $miss"; echo "$out"; fi
 # the table and the JSON come from one measurement: the step time's median, min and max agree (the table
 # rounds to 0.01 ms), and so do the breakdown's kernels
