@@ -24,13 +24,15 @@ static void channel_groups(cf_context *ctx, int C, size_t local[2]) {
 cf_status cf_embedding_forward(cf_context *ctx, cf_mem out, cf_mem tokens, cf_mem wte, cf_mem wpe, int B, int T,
                                int C, int V, float token_scale) {
   CF_TRY(check_dims(B, T, C, V));
+  int cpu = cf_context_cpu_shapes(ctx);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "embedding", "embedding_forward");
+  cf_launch_begin(&L, ctx, "embedding", cpu ? "embedding_forward_cpu" : "embedding_forward");
   CF_ARG_MEMS(&L, out, tokens, wte, wpe);  /* a NULL buffer is a valid (unused) argument when positions are sinusoidal */
   CF_ARG_INTS(&L, wpe.buf != NULL, B, T, C, V);
   cf_arg_float(&L, token_scale);
-  size_t global[2] = {(size_t)C, (size_t)T}, local[2];
-  channel_groups(ctx, C, local);
+  size_t global[2] = {(size_t)C, (size_t)T}, local[2] = {1, 1};
+  if (cpu) global[0] = ((size_t)C + 15) / 16;
+  else channel_groups(ctx, C, local);
   return cf_launch_run(&L, 2, global, local);
 }
 
