@@ -47,8 +47,9 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
 
 /* A nested batch of outer x inner products: matrix (o, i) starts o * outer_* + i * stride_* elements
  * in, so the heads of (B, T, NH * HS) tensors are read and written in place (outer B sequences, a
- * row stride of the tensor's width, inner NH heads HS apart). Our kernels run it in one launch
- * where they read op(A) and op(B) as they lie, else (and CLBlast) a group of `inner` at a time. */
+ * row stride of the tensor's width, inner NH heads HS apart). One launch on our kernels where they
+ * read op(A) and op(B) as they lie (else a group of `inner` at a time), one call of CLBlast's
+ * batched GEMM with the offsets listed on CLBlast. */
 cf_status cf_gemm_batched_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                                  cf_mem A, size_t lda, size_t stride_a, size_t outer_a, cf_mem B, size_t ldb,
                                  size_t stride_b, size_t outer_b, float beta, cf_mem C, size_t ldc, size_t stride_c,

@@ -241,6 +241,14 @@ unsigned long long cf_gemm_tune_fingerprint(cf_context *ctx) {
 
 /* ---------- CLBlast ---------- */
 
+/* The outer level of a nested batch (cf_gemm_batched_nested): `count` groups of the inner batch,
+ * group o's matrices starting o * a, o * b, o * c elements after group 0's. */
+typedef struct gemm_outer {
+  size_t count, a, b, c;
+} gemm_outer;
+static const gemm_outer one_group = {1, 0, 0, 0};
+
+
 static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out);
 
 static CLBlastTranspose tr(int t) { return t ? CLBlastTransposeYes : CLBlastTransposeNo; }
@@ -277,6 +285,40 @@ static cf_status clblast_gemm(cf_context *ctx, int trans_a, int trans_b, size_t 
                                         C.buf, C.off, ldc, stride_c, batch, &ctx->queue,
                                         cf_profile_slot(ctx, "clblast_sgemm_batched")));
   return CF_OK;
+}
+
+/* A nested batch on CLBlast: one call of its batched GEMM with every matrix's offset listed. */
+static cf_status clblast_gemm_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                                     float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
+                                     size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch,
+                                     const gemm_outer *o) {
+  size_t n = batch * o->count;
+  size_t *off = malloc(3 * n * sizeof *off);
+  float *ab = malloc(2 * n * sizeof *ab);
+  if (!off || !ab) {
+    free(off);
+    free(ab);
+    return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory for a batch of %zu GEMM offsets", n);
+  }
+  for (size_t g = 0; g < o->count; g++)
+    for (size_t i = 0; i < batch; i++) {
+      size_t j = g * batch + i;
+      off[j] = A.off + g * o->a + i * stride_a;
+      off[n + j] = B.off + g * o->b + i * stride_b;
+      off[2 * n + j] = C.off + g * o->c + i * stride_c;
+      ab[j] = alpha;
+      ab[n + j] = beta;
+    }
+  tune_ensure(ctx);
+  cf_status st = CF_OK;
+  CF_CHECK_GOTO(CLBlastSgemmBatched(CLBlastLayoutColMajor, tr(trans_b), tr(trans_a), N, M, K, ab, B.buf, off + n, ldb,
+                                    A.buf, off, lda, ab + n, C.buf, off + 2 * n, ldc, n, &ctx->queue,
+                                    cf_profile_slot(ctx, "clblast_sgemm_batched")),
+                st, done);
+done:
+  free(off);
+  free(ab);
+  return st;
 }
 
 /* ---------- the packing scratch ---------- */
@@ -341,13 +383,6 @@ static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
 #define OWN_SLICE_K 512      /* of about this K */
 #define EPI_BIAS 1u          /* GEMM_EPI_BIAS, GEMM_EPI_ACT in cl/gemm.cl */
 #define EPI_ACT 2u
-
-/* The outer level of a nested batch (cf_gemm_batched_nested): `count` groups of the inner batch,
- * group o's matrices starting o * a, o * b, o * c elements after group 0's. */
-typedef struct gemm_outer {
-  size_t count, a, b, c;
-} gemm_outer;
-static const gemm_outer one_group = {1, 0, 0, 0};
 
 /* A forward product's epilogue (cf_gemm_nt_bias_act): a buffer not set is not applied. */
 typedef struct gemm_epi {
@@ -660,8 +695,8 @@ static cf_status pick(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans
   return CF_OK;
 }
 
-/* A batch of o->count x batch products (o: one_group for a plain batch); CLBlast takes a group at a
- * time. The implementation is picked for the whole batch. */
+/* A batch of o->count x batch products (o: one_group for a plain batch). The implementation is
+ * picked for the whole batch. */
 static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
                           float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b,
                           float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o) {
@@ -672,10 +707,11 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   if (use == CF_GEMM_OWN)
     return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                     batch, o, NULL);
-  for (size_t g = 0; g < o->count; g++)
-    CF_TRY(clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
-                        cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch));
-  return CF_OK;
+  if (o->count > 1)
+    return clblast_gemm_nested(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                               stride_c, batch, o);
+  return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                      batch);
 }
 
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
