@@ -74,11 +74,12 @@ cf_status cf_unmap(cf_context *ctx, cl_mem buf, const void *host) {
 }
 
 cf_status cf_fill(cf_context *ctx, cf_mem m, float value, size_t n) {
+  int cpu = cf_context_cpu_shapes(ctx);
   cf_launch L;
-  cf_launch_begin(&L, ctx, "elementwise", "fill");
+  cf_launch_begin(&L, ctx, "elementwise", cpu ? "fill_cpu" : "fill");
   cf_arg_mem(&L, m);
   cf_arg_float(&L, value);
   cf_arg_int(&L, (int)n);
-  size_t global = n, local = cf_program_local(ctx, "elementwise", 64);
+  size_t global = cpu ? (n + 4095) / 4096 : n, local = cpu ? 1 : cf_program_local(ctx, "elementwise", 64);  /* FILL_CHUNK */
   return cf_launch_run(&L, 1, &global, &local);
 }

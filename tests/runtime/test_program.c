@@ -328,7 +328,10 @@ int main(void) {
     FILE *f = fopen(path, "w");
     fputs("#include \"plus.clh\"\n"
           "__kernel void fill(__global float *x, uint x_off, float value, int n) {\n"
-          "  int i = get_global_id(0);\n  if (i < n) x[x_off + i] = PLUS(value);\n}\n", f);
+          "  int i = get_global_id(0);\n  if (i < n) x[x_off + i] = PLUS(value);\n}\n"
+          "__kernel void fill_cpu(__global float *x, uint x_off, float value, int n) {\n"  /* CPU devices' cf_fill */
+          "  for (int i = get_global_id(0) * 4096; i < n && i < (int)(get_global_id(0) + 1) * 4096; i++)\n"
+          "    x[x_off + i] = PLUS(value);\n}\n", f);
     fclose(f);
     snprintf(path, sizeof path, "%s/plus.clh", kdir);
     f = fopen(path, "w");
