@@ -32,13 +32,17 @@
  *                           products, each shape's median time times its calls (ratios of times: above 1, own is
  *                           faster); absent implementations null}
  *   step                   (step, all) a training step (forward, backward, grad norm, Adam) of the config:
- *     model                {"norm", "layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
- *                           "params"}
+ *     model                {"arch" ("decoder" or "encoder_decoder"), "norm", "layers", "encoder_layers" (0 for
+ *                           a decoder), "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
+ *                           "params"}; an encoder-decoder's seq_len and batch_size are its largest batch
+ *                           (data.max_len, and data.max_tokens in sentences of it), every sentence full
  *     gemm                 the GEMM implementation the step used: "own" or "clblast"
  *     warmup, steps        untimed steps, then timed steps
  *     step_ms              {"median", "min", "max"} wall clock per step (enqueue to clFinish)
  *     tokens_per_s         batch_size * seq_len / median step
- *     flops_per_step       matrix-product FLOPs: 6 N P + 12 L B T^2 C, P = L (4 C^2 + 2 C F) + 256 C
+ *     flops_per_step       matrix-product FLOPs (cf_model_gemm_flops): 6 N P + 12 L B T^2 C, P = L (4 C^2 +
+ *                           2 C F) + V C (fused attention: no 12 L B T^2 C); an encoder-decoder 6 N P with
+ *                           P = (L + encoder layers)(4 C^2 + 2 C F) + V C + 4 L C^2 (cross-attention)
  *     gflops               flops_per_step / median step
  *     peak_device_bytes    the most device memory clformer's buffers held around the steps
  *     memory_lower_bound_bytes  parameters + gradients + optimizer state + saved activations (the

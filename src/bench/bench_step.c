@@ -19,6 +19,11 @@
  * (with model.attention: fused the attention runs no matrix product and its 12 L B T^2 C are left out).
  * Device memory: the most cf_buffer_live_bytes said after the model's start and the timed steps.
  *
+ * An encoder-decoder (model.arch encoder_decoder) steps on its largest batch, the one the model is
+ * laid out for: data.max_tokens a side in sentences of data.max_len, every source and target full
+ * (tokens/s counts one side's tokens); its FLOPs are cf_model_gemm_shapes' (both stacks, the
+ * cross-attention's projections, the logits once). --vs-torch measures the language model only.
+ *
  * Start-up (when the step is the first thing the command runs): seconds from the command's start
  * to the context being ready, the model allocated and initialised, and the first step finished;
  * the kernel-cache hits and misses tell a warm run (all hits) from a cold one.
@@ -52,7 +57,9 @@
 typedef struct stepper {
   cf_model *m;
   cl_mem acc;
-  int *in, *tg;
+  int *in, *tg;    /* the language model's tokens and targets; an encoder-decoder's source and target ids */
+  int *src_len;    /* encoder-decoder: (B) every source full */
+  cf_pair_input pairs;  /* encoder-decoder: the batch, over in and tg; B 0 for the language model */
   int N;
   float lr;
   int step;
@@ -62,6 +69,7 @@ typedef struct stepper {
 static cf_status enqueue_step(void *arg) {
   stepper *s = arg;
   s->step++;
+  if (s->pairs.B) return cf_train_step_pairs(s->m, &s->pairs, s->step, s->lr, cf_at(s->acc, 0));
   return cf_train_step(s->m, s->in, s->tg, s->step, s->lr, cf_at(s->acc, 0));
 }
 
@@ -111,23 +119,48 @@ static void sample_memory(step_bench *b) {
   if (live > b->peak_bytes) b->peak_bytes = live;
 }
 
+/* An encoder-decoder's batch at its largest (what the model is laid out for, and what
+ * cf_model_gemm_shapes counts): B pairs whose source and target both fill T tokens, eos included;
+ * the ids random past the three special ones. */
+static void make_pairs(step_bench *b) {
+  stepper *s = &b->s;
+  int B = b->B, T = b->T;
+  for (int r = 0; r < B; r++) {
+    int *src = s->in + (size_t)r * T, *tin = s->tg + (size_t)r * T;
+    src[T - 1] = CF_BPE_EOS;
+    tin[0] = CF_BPE_BOS;
+    s->src_len[r] = T;
+  }
+  cf_pair_input in = {B, T, T, s->in, s->src_len, s->tg, s->tg + (size_t)B * T};
+  for (int r = 0; r < B; r++) {  /* target out: the input shifted left, then eos */
+    const int *tin = s->tg + (size_t)r * T;
+    int *tout = s->tg + (size_t)(B + r) * T;
+    for (int t = 0; t + 1 < T; t++) tout[t] = tin[t + 1];
+    tout[T - 1] = CF_BPE_EOS;
+  }
+  s->pairs = in;
+}
+
 /* Buffers for the times, the breakdown and the tokens (random: speed does not depend on the text). */
 static cf_status step_alloc(step_bench *b) {
   stepper *s = &b->s;
+  int seq2seq = b->cfg->model.arch == CF_ARCH_ENCODER_DECODER, V = b->cfg->model.vocab;
   b->tv = malloc(sizeof(double) * 2 * MAX_STEPS);
   b->cv = b->tv ? b->tv + MAX_STEPS : NULL;
   s->in = malloc(sizeof(int) * (size_t)b->N);
-  s->tg = malloc(sizeof(int) * (size_t)b->N);
+  s->tg = malloc(sizeof(int) * (size_t)b->N * (seq2seq ? 2 : 1));  /* encoder-decoder: target in, then out */
+  s->src_len = malloc(sizeof(int) * (size_t)b->B);
   b->ops = calloc(MAX_OPS, sizeof *b->ops);
-  if (!b->tv || !s->in || !s->tg || !b->ops) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
+  if (!b->tv || !s->in || !s->tg || !s->src_len || !b->ops) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   unsigned long long x = 0x2545f4914f6cdd1dULL;
   for (int i = 0; i < b->N; i++) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    s->in[i] = (int)(x & 255);
-    s->tg[i] = (int)((x >> 8) & 255);
+    s->in[i] = seq2seq ? CF_BPE_BYTE0 + (int)(x % (unsigned)(V - CF_BPE_BYTE0)) : (int)(x & 255);
+    s->tg[i] = seq2seq ? CF_BPE_BYTE0 + (int)((x >> 20) % (unsigned)(V - CF_BPE_BYTE0)) : (int)((x >> 8) & 255);
   }
+  if (seq2seq) make_pairs(b);
   return CF_OK;
 }
 
@@ -164,9 +197,16 @@ static void print_setup(const step_bench *b) {
           measured ? "measured per product class" : cf_gemm_impl_name(b->gimpl),
           tuned ? ", and per shape what `clformer tune` measured faster" : "");
   if (measured) fprintf(out, "GEMM per class (ours vs CLBlast a call, on this device): %s\n", calib);
-  fprintf(out, "model: %s-LN, %d layers, d_model %d, %d heads, d_ff %d, %s; %.2fM parameters; batch %d x %d = %d tokens\n",
-          mc->norm == CF_NORM_PRE ? "Pre" : "Post", mc->layers, mc->d_model, mc->heads, mc->d_ff,
-          mc->activation == 0 ? "relu" : mc->activation == 1 ? "gelu" : "gelu_erf", b->params / 1e6, b->B, b->T, b->N);
+  const char *act = mc->activation == 0 ? "relu" : mc->activation == 1 ? "gelu" : "gelu_erf";
+  if (b->s.pairs.B)
+    fprintf(out, "model: encoder-decoder, %s-LN, %d + %d layers, d_model %d, %d heads, d_ff %d, %s; %.2fM parameters; "
+            "batch %d pairs x %d tokens = %d tokens a side (data.max_tokens in sentences of data.max_len, every one "
+            "full)\n", mc->norm == CF_NORM_PRE ? "Pre" : "Post", mc->encoder_layers, mc->layers, mc->d_model,
+            mc->heads, mc->d_ff, act, b->params / 1e6, b->B, b->T, b->N);
+  else
+    fprintf(out, "model: %s-LN, %d layers, d_model %d, %d heads, d_ff %d, %s; %.2fM parameters; batch %d x %d = %d "
+            "tokens\n", mc->norm == CF_NORM_PRE ? "Pre" : "Post", mc->layers, mc->d_model, mc->heads, mc->d_ff, act,
+            b->params / 1e6, b->B, b->T, b->N);
   if (o->t_start > 0)
     fprintf(out, "start-up: context %.3f s, model %.3f s, first step %.3f s: %.3f s from the command's start to the end "
             "of the first step (kernel cache: %d hits, %d misses -> %s)\n",
@@ -302,9 +342,12 @@ static json_t *breakdown_json(const step_bench *b) {
 
 static json_t *model_json(const step_bench *b) {
   const cf_model_config *mc = &b->cfg->model;
-  return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "norm", mc->norm == CF_NORM_PRE ? "pre" : "post",
-                   "layers", mc->layers, "d_model", mc->d_model, "heads", mc->heads, "d_ff", mc->d_ff, "vocab", mc->vocab,
-                   "seq_len", b->T, "batch_size", b->B, "params", (json_int_t)b->params);
+  int seq2seq = mc->arch == CF_ARCH_ENCODER_DECODER;
+  return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "arch",
+                   seq2seq ? "encoder_decoder" : "decoder", "norm", mc->norm == CF_NORM_PRE ? "pre" : "post", "layers",
+                   mc->layers, "encoder_layers", seq2seq ? mc->encoder_layers : 0, "d_model", mc->d_model, "heads",
+                   mc->heads, "d_ff", mc->d_ff, "vocab", mc->vocab, "seq_len", b->T, "batch_size", b->B, "params",
+                   (json_int_t)b->params);
 }
 
 /* The start-up's seconds, or null when the step did not run first. */
@@ -348,6 +391,7 @@ static void step_free(step_bench *b) {
   cf_model_free(b->s.m);
   free(b->s.in);
   free(b->s.tg);
+  free(b->s.src_len);
   free(b->ops);
   free(b->tv);
 }
@@ -367,7 +411,11 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
   CF_TRY(profile_steps(b));
   if (b->nops && !b->prof_bad) CF_TRY(cf_bench_fma_peak(b->ctx, &b->peak));
   print_breakdown(b);
-  CF_TRY(cf_bench_transfers(b->ctx, b->s.m, enqueue_step, &b->s, b->psteps, b->out, report));
+  char what[160];
+  double kib = (b->s.pairs.B ? 3.0 * b->N + b->B : 2.0 * b->N) * sizeof(int) / 1024;
+  if (b->s.pairs.B) snprintf(what, sizeof what, "source ids, lengths, target inputs and outputs (%.1f KiB in all)", kib);
+  else snprintf(what, sizeof what, "token ids and targets (2 x %.1f KiB)", kib / 2);
+  CF_TRY(cf_bench_transfers(b->ctx, b->s.m, enqueue_step, &b->s, b->psteps, what, kib, b->out, report));
   if (b->o->vs_torch) print_torch(b);
   fflush(b->out);
   return report ? step_json(b, report) : CF_OK;
@@ -375,8 +423,9 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
 
 cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *out,
                         json_t *report) {
-  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
-    return CF_FAIL(CF_ERR_CONFIG, "bench step measures the language model (model.arch decoder) so far");
+  if (cfg->model.arch == CF_ARCH_ENCODER_DECODER && o->vs_torch)
+    return CF_FAIL(CF_ERR_CONFIG, "bench step --vs-torch: tools/torch_step.py builds the language model only (this "
+                   "config's model.arch is encoder_decoder)");
   step_bench b;
   memset(&b, 0, sizeof b);
   b.ctx = ctx;
@@ -388,8 +437,7 @@ cf_status cf_bench_step(cf_context *ctx, const cf_config *cfg, const cf_bench_st
   b.warmup = o->warmup >= 1 ? o->warmup : 1;
   b.psteps = o->profile_steps > 0 ? o->profile_steps : 3;
   b.rounds = o->vs_torch ? 5 : 1;
-  b.B = cfg->data.batch_size;
-  b.T = cfg->data.seq_len;
+  cf_model_shape(cfg, &b.B, &b.T);  /* an encoder-decoder: its largest batch, a side */
   b.N = b.B * b.T;
   b.s.N = b.N;
   b.s.lr = (float)cfg->optim.lr;

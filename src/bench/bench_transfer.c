@@ -1,7 +1,8 @@
 /* `bench step`'s host transfers, both ways in one run: by copies, and by maps (zero-copy, what
  * cf_context_zero_copy picks where the device shares host memory).
  *
- * Per step the host sends the token ids and targets (2 x B T ints). Each way runs `steps` profiled
+ * Per step the host sends the batch's ids (the language model's token ids and targets, 2 x B T
+ * ints; an encoder-decoder's source ids and lengths, target inputs and outputs). Each way runs `steps` profiled
  * steps; reported are the transfer commands' device time per step (their profiling events:
  * clEnqueueWriteBuffer when copying; map and unmap on the transfer queue when mapping) and the
  * step's wall-clock time.
@@ -104,8 +105,8 @@ static json_t *upload_json(const upload_figures *u) {
                    cf_json_num(u->commands, "%.2f"), "step_ms", cf_json_num(u->step_ms, "%.4f"), "unavailable");
 }
 
-cf_status cf_bench_transfers(cf_context *ctx, cf_model *m, cf_bench_fn step, void *arg, int steps, FILE *out,
-                             json_t *report) {
+cf_status cf_bench_transfers(cf_context *ctx, cf_model *m, cf_bench_fn step, void *arg, int steps, const char *what,
+                             double upload_kib, FILE *out, json_t *report) {
   int in_force = cf_context_zero_copy(ctx);
   upload_figures up[2];  /* [0] copies, [1] maps */
   cf_bench_stats ro[2];
@@ -114,11 +115,10 @@ cf_status cf_bench_transfers(cf_context *ctx, cf_model *m, cf_bench_fn step, voi
   for (int w = 0; w < 2 && st == CF_OK; w++) st = readout_way(m, w, &ro[w]);
   cf_context_set_zero_copy(ctx, in_force);
   CF_TRY(st);
-  double upload_kib = 2.0 * cf_model_batch(m) * cf_model_seq_len(m) * sizeof(int) / 1024;
   double state_mib = (double)cf_model_flat_floats(m) * 4 / 1048576;
   fprintf(out, "\nhost transfers, both ways (in force: %s; the device %s host memory):\n",
           in_force ? "maps" : "copies", cf_context_device(ctx)->host_unified ? "shares" : "does not share");
-  fprintf(out, "  per step, token ids and targets (2 x %.1f KiB), mean of %d profiled steps:\n", upload_kib / 2, steps);
+  fprintf(out, "  per step, %s, mean of %d profiled steps:\n", what, steps);
   print_upload(out, "maps (zero-copy)", &up[1]);
   print_upload(out, "copies", &up[0]);
   fprintf(out, "  checkpoint read-out, parameters and optimizer moments (3 x %.1f MiB), median of %d:\n", state_mib,

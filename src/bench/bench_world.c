@@ -195,7 +195,8 @@ static json_t *world_json(const world_bench *w) {
 cf_status cf_bench_step_world(cf_context *ctx, const cf_config *cfg, const cf_bench_step_options *o, FILE *out,
                               struct json_t *report) {
   if (cfg->model.arch == CF_ARCH_ENCODER_DECODER)
-    return CF_FAIL(CF_ERR_CONFIG, "bench step measures the language model (model.arch decoder) so far");
+    return CF_FAIL(CF_ERR_CONFIG, "bench step under mpirun measures the language model (model.arch decoder): an "
+                   "encoder-decoder trains on one process so far");
   world_bench w;
   memset(&w, 0, sizeof w);
   w.ctx = ctx;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `clformer bench`: step, kernels --only, gemm --repeat and --json produce well-formed JSON with the documented
-# fields (schema at the top of src/app/cmd_bench.c); --json - keeps stdout pure JSON; bad options are
-# refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
+# `clformer bench`: step (an encoder-decoder's too), kernels --only, gemm --repeat and --json produce well-formed
+# JSON with the documented fields (schema at the top of src/app/cmd_bench.c); --json - keeps stdout pure JSON; bad
+# options are refused; tools/compare_bench.py renders two files as one table; --vs-torch when torch exists.
 bin=$1; src=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cli.sh"
 require_opencl
@@ -93,6 +93,35 @@ print(" ".join(bad))
 ' "$tmp/a.json" 2>&1)
 if [[ -z "$miss" ]]; then ok "bench step: the table's step time and breakdown are the JSON's"
 else bad "bench step, the table against the JSON: $miss"; fi
+
+# an encoder-decoder: its largest batch (data.max_tokens in sentences of data.max_len), the FLOPs of both stacks
+# and the cross-attention (6 N P, counted here independently), every kernel of its step; --vs-torch refused
+cat > "$tmp/ed.yaml" <<'YAML'
+data: {train: none, valid: none, source_lang: src, target_lang: tgt, tokenizer: bpe, vocab_size: 300, max_tokens: 128,
+       max_len: 16}
+model: {arch: encoder_decoder, encoder_layers: 2, layers: 1, d_model: 32, heads: 2, d_ff: 64}
+YAML
+out=$("$bin" bench step --config "$tmp/ed.yaml" --steps 10 --warmup 1 --json "$tmp/ed.json" 2>&1); rc=$?
+miss=$("$py" - "$tmp/ed.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))["step"]
+m, bad = s["model"], []
+if (m["arch"], m["encoder_layers"], m["layers"], m["seq_len"], m["batch_size"]) != ("encoder_decoder", 2, 1, 16, 8):
+    bad.append(f"model {m}")
+N, C, F, V, L, E = 8 * 16, 32, 64, 300, 1, 2
+if s["flops_per_step"] != 6 * N * ((L + E) * (4 * C * C + 2 * C * F) + V * C + 4 * L * C * C): bad.append("flops")
+names = [o["name"] for o in s["breakdown"]["ops"]]
+if not any(n.startswith("attention_fused") for n in names) or not any(n.startswith("gemm") for n in names):
+    bad.append(f"breakdown {names}")
+print(" ".join(bad))
+EOF
+)
+[[ $rc -eq 0 && -z "$miss" && "$out" == *"encoder-decoder"*"8 pairs x 16 tokens"* ]] \
+  && ok "bench step on an encoder-decoder: its largest batch, both stacks' FLOPs, fused attention in the breakdown" \
+  || { bad "bench step encoder-decoder rc=$rc: $miss"; echo "$out"; }
+out=$("$bin" bench step --config "$tmp/ed.yaml" --steps 10 --vs-torch 2>&1); rc=$?
+[[ $rc -eq 2 && "$out" == *"language model only"* ]] && ok "bench step --vs-torch refuses an encoder-decoder" \
+  || bad "--vs-torch on an encoder-decoder: rc=$rc $out"
 
 # --json -: the JSON alone on stdout, the tables on stderr
 "$bin" bench step "${small[@]}" --steps 10 --warmup 1 --json - >"$tmp/b.json" 2>"$tmp/b.err"; rc=$?
