@@ -32,6 +32,20 @@ static double rel_fro(const float *out, const double *ref, size_t n, int *nonfin
   return sqrt(num / (den > 0 ? den : 1));
 }
 
+/* A, B and C0 of na, nb and nc floats, uniform in [-1, 1]; ref a double copy of C0 (the reference's
+ * starting C). */
+static void random_operands(test_rng *r, size_t na, size_t nb, size_t nc, float **A, float **B, float **C0,
+                            double **ref) {
+  *A = malloc(na * 4);
+  *B = malloc(nb * 4);
+  *C0 = malloc(nc * 4);
+  *ref = malloc(nc * sizeof **ref);
+  test_fill_uniform(r, *A, na, -1, 1);
+  test_fill_uniform(r, *B, nb, -1, 1);
+  test_fill_uniform(r, *C0, nc, -1, 1);
+  for (size_t i = 0; i < nc; i++) (*ref)[i] = (*C0)[i];
+}
+
 /* C (batch x M x N, row stride ldc, matrix stride sc) = alpha op(A) op(B) + beta C */
 static int ncases;
 static int tight;  /* no offsets or odd padding: C's rows 64-byte aligned (ldc a multiple of 16 floats) */
@@ -62,12 +76,9 @@ static void run_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, in
     sb = brows * ldb + (tight ? 0 : 7);
   }
   size_t na = offa + batch * sa, nb = offb + batch * sb, nc = offc + batch * sc;
-  float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4);
-  test_fill_uniform(r, A, na, -1, 1);
-  test_fill_uniform(r, B, nb, -1, 1);
-  test_fill_uniform(r, C0, nc, -1, 1);
-  double *ref = malloc(nc * sizeof *ref);
-  for (size_t i = 0; i < nc; i++) ref[i] = C0[i];
+  float *A, *B, *C0;
+  double *ref;
+  random_operands(r, na, nb, nc, &A, &B, &C0, &ref);
   for (size_t bi = 0; bi < batch; bi++)
     ref_gemm(ta, tb, M, N, K, alpha, A + offa + bi * sa, lda, B + offb + bi * sb, ldb, beta, ref + offc + bi * sc, ldc);
   cl_mem dA = test_buffer(ctx, A, na), dB = test_buffer(ctx, B, nb), dC = test_buffer(ctx, C0, nc);
@@ -113,12 +124,9 @@ static void nested_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta,
   size_t lda = inner * acols + 1, ldb = inner * bcols + 3, ldc = inner * N + 2;
   size_t oa = arows * lda + 5, ob = brows * ldb + 7, oc = M * ldc + 3;
   size_t na = outer * oa, nb = outer * ob, nc = outer * oc;
-  float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4);
-  test_fill_uniform(r, A, na, -1, 1);
-  test_fill_uniform(r, B, nb, -1, 1);
-  test_fill_uniform(r, C0, nc, -1, 1);
-  double *ref = malloc(nc * sizeof *ref);
-  for (size_t i = 0; i < nc; i++) ref[i] = C0[i];
+  float *A, *B, *C0;
+  double *ref;
+  random_operands(r, na, nb, nc, &A, &B, &C0, &ref);
   for (size_t o = 0; o < outer; o++)
     for (size_t h = 0; h < inner; h++)
       ref_gemm(ta, tb, M, N, K, 1.0f, A + o * oa + h * acols, lda, B + o * ob + h * bcols, ldb, beta,
