@@ -28,6 +28,8 @@ typedef float floatv;
 #endif
 
 #include "activation.clh"
+#include "philox.clh"
+#include "dropout.clh"
 
 // act'(x). The tanh form is written with s = 1/(1+e^-2u) = 0.5(1+tanh u), so that
 // 0.5(1 - tanh(u)^2) = 2 e s^2 keeps its accuracy where tanh(u) is near +-1; e is computed from
@@ -67,32 +69,61 @@ inline float column_total(float acc, __local float *red) {
   return red[lid];
 }
 
-// The fused backward's element step: dpre = dout * act'(pre), stored, returned for the sum.
+// The dropout that followed the activation in the forward, regenerated in the fused backward: p, the
+// scale, the Philox key, and `off`, the flat index of the launch's element 0 in the masked tensor.
+typedef struct act_dropout {
+  float p, scale;
+  uint seed, step, tensor_id, group0, off;
+} act_dropout;
+
+// The mask's factor of element i of the launch (1 when p is 0): cl/dropout.clh's, group by group.
+inline float drop_factor1(const act_dropout *d, size_t i) {
+  if (d->p == 0.0f) return 1.0f;
+  uint e = d->off + (uint)i;
+  float4 f = cf_dropout_factors(d->seed, d->step, d->tensor_id, d->group0, e / 4u, d->p, d->scale);
+  uint k = e % 4u;
+  return k == 0u ? f.x : k == 1u ? f.y : k == 2u ? f.z : f.w;
+}
+// The factors of elements i .. i + ACT_VW - 1.
+inline floatv drop_factors(const act_dropout *d, size_t i) {
+#if CF_DEVICE_IS_CPU
+  if (d->p == 0.0f) return (floatv)(1.0f);
+  float t[ACT_VW];
+  for (int k = 0; k < ACT_VW; k++) t[k] = drop_factor1(d, i + k);
+  return vloadv(t);
+#else
+  return drop_factor1(d, i);
+#endif
+}
+
+// The fused backward's element step: dpre = (dout * f) * act'(pre), f the dropout's factors (the
+// product dropout's backward then the activation's would compute), stored, returned for the sum.
 // act < 0: plain bias backward (dout summed as is, nothing stored).
 #define ACT_NONE (-1)
 inline floatv bias_gradv(__global float *dpre, __global const float *dout, __global const float *pre, size_t i,
-                         const int act) {
+                         const int act, floatv f) {
   floatv g = vloadv(dout + i);
   if (act == ACT_NONE) return g;
-  g *= act_grad(vloadv(pre + i), act);
+  g = g * f * act_grad(vloadv(pre + i), act);
   vstorev(g, dpre + i);
   return g;
 }
 inline float bias_grad1(__global float *dpre, __global const float *dout, __global const float *pre, size_t i,
-                        const int act) {
+                        const int act, float f) {
   float g = dout[i];
   if (act == ACT_NONE) return g;
-  g *= act_grad1(pre[i], act);
+  g = g * f * act_grad1(pre[i], act);
   dpre[i] = g;
   return g;
 }
 
-// dbias (C) += column sums of dpre (N, C), where dpre = dout * act'(pre) is also written (or, for
-// act = ACT_NONE, dpre = dout, not written). Pointers arrive with their offsets applied.
-// CPU: one item per ACT_CPU_COLS columns, rows in order (wide enough that a row's visit is several
-// whole cache lines: with one vector per item and 4 KB rows, every load was a TLB miss).
+// dbias (C) += column sums of dpre (N, C), where dpre = (dout * dropout mask d) * act'(pre) is also
+// written (or, for act = ACT_NONE, dpre = dout, not written). Pointers arrive with their offsets
+// applied. CPU: one item per ACT_CPU_COLS columns, rows in order (wide enough that a row's visit is
+// several whole cache lines: with one vector per item and 4 KB rows, every load was a TLB miss); the
+// mask of 64 elements that start a 64-element block of the tensor comes from one 16-lane Philox call.
 inline void bias_act_backward_cpu(__global float *dpre, __global float *dbias, __global const float *dout,
-                                  __global const float *pre, int N, int C, const int act) {
+                                  __global const float *pre, int N, int C, const int act, const act_dropout *d) {
   int c0 = get_global_id(0) * ACT_CPU_COLS;
   if (c0 >= C) return;
   int nv = min(ACT_CPU_CHUNKS, (C - c0) / ACT_VW);  // whole vectors
@@ -100,10 +131,18 @@ inline void bias_act_backward_cpu(__global float *dpre, __global float *dbias, _
     floatv a0 = (floatv)(0.0f), a1 = a0, a2 = a0, a3 = a0;
     for (int n = 0; n < N; n++) {
       size_t i = (size_t)n * C + c0;
-      a0 += bias_gradv(dpre, dout, pre, i, act);
-      a1 += bias_gradv(dpre, dout, pre, i + ACT_VW, act);
-      a2 += bias_gradv(dpre, dout, pre, i + 2 * ACT_VW, act);
-      a3 += bias_gradv(dpre, dout, pre, i + 3 * ACT_VW, act);
+      floatv f[4] = {(floatv)(1.0f), (floatv)(1.0f), (floatv)(1.0f), (floatv)(1.0f)};
+#if CF_DEVICE_IS_CPU  // (floatv is float16 there)
+      if (d->p > 0.0f && (d->off + (uint)i) % 64u == 0u)
+        cf_dropout_factors64(d->seed, d->step, d->tensor_id, d->group0, (d->off + (uint)i) / 4u, d->p, d->scale, f);
+      else
+#endif
+      if (d->p > 0.0f)
+        for (int k = 0; k < 4; k++) f[k] = drop_factors(d, i + k * ACT_VW);
+      a0 += bias_gradv(dpre, dout, pre, i, act, f[0]);
+      a1 += bias_gradv(dpre, dout, pre, i + ACT_VW, act, f[1]);
+      a2 += bias_gradv(dpre, dout, pre, i + 2 * ACT_VW, act, f[2]);
+      a3 += bias_gradv(dpre, dout, pre, i + 3 * ACT_VW, act, f[3]);
     }
     vstorev(vloadv(dbias + c0) + a0, dbias + c0);
     vstorev(vloadv(dbias + c0 + ACT_VW) + a1, dbias + c0 + ACT_VW);
@@ -114,23 +153,33 @@ inline void bias_act_backward_cpu(__global float *dpre, __global float *dbias, _
   for (int k = 0; k < nv; k++) {  // the last columns: a vector at a time, then one by one
     int c = c0 + k * ACT_VW;
     floatv acc = (floatv)(0.0f);
-    for (int n = 0; n < N; n++) acc += bias_gradv(dpre, dout, pre, (size_t)n * C + c, act);
+    for (int n = 0; n < N; n++) {
+      size_t i = (size_t)n * C + c;
+      acc += bias_gradv(dpre, dout, pre, i, act, drop_factors(d, i));
+    }
     vstorev(vloadv(dbias + c) + acc, dbias + c);
   }
   for (int c = c0 + nv * ACT_VW; c < C; c++) {
     float acc = 0.0f;
-    for (int n = 0; n < N; n++) acc += bias_grad1(dpre, dout, pre, (size_t)n * C + c, act);
+    for (int n = 0; n < N; n++) {
+      size_t i = (size_t)n * C + c;
+      acc += bias_grad1(dpre, dout, pre, i, act, drop_factor1(d, i));
+    }
     dbias[c] += acc;
   }
 }
 // Other devices: one group of CF_WG items per ACT_TX columns, ACT_TY row lanes and a fixed tree.
 inline void bias_act_backward_groups(__global float *dpre, __global float *dbias, __global const float *dout,
-                                     __global const float *pre, int N, int C, const int act, __local float *red) {
+                                     __global const float *pre, int N, int C, const int act, const act_dropout *d,
+                                     __local float *red) {
   int lid = get_local_id(0), tx = lid % ACT_TX, ty = lid / ACT_TX;
   int c = get_group_id(0) * ACT_TX + tx;
   float acc = 0.0f;
   if (c < C)
-    for (int n = ty; n < N; n += ACT_TY) acc += bias_grad1(dpre, dout, pre, (size_t)n * C + c, act);
+    for (int n = ty; n < N; n += ACT_TY) {
+      size_t i = (size_t)n * C + c;
+      acc += bias_grad1(dpre, dout, pre, i, act, drop_factor1(d, i));
+    }
   float total = column_total(acc, red);
   if (ty == 0 && c < C) dbias[c] += total;
 }
@@ -139,11 +188,12 @@ inline void bias_act_backward_groups(__global float *dpre, __global float *dbias
 // group of CF_WG per ACT_TX columns.
 __kernel void bias_backward(__global float *dbias, uint dbias_off, __global const float *dout, uint dout_off, int N,
                             int C) {
+  act_dropout none = {0.0f, 1.0f, 0u, 0u, 0u, 0u, 0u};
 #if CF_DEVICE_IS_CPU
-  bias_act_backward_cpu(0, dbias + dbias_off, dout + dout_off, 0, N, C, ACT_NONE);
+  bias_act_backward_cpu(0, dbias + dbias_off, dout + dout_off, 0, N, C, ACT_NONE, &none);
 #else
   __local float red[CF_WG];
-  bias_act_backward_groups(0, dbias + dbias_off, dout + dout_off, 0, N, C, ACT_NONE, red);
+  bias_act_backward_groups(0, dbias + dbias_off, dout + dout_off, 0, N, C, ACT_NONE, &none, red);
 #endif
 }
 
@@ -162,16 +212,17 @@ __kernel void bias_forward(__global float *x, uint x_off, __global const float *
 // activation_forward_X:  out (n) = act(inp (n)); out may alias inp.
 // activation_backward_X: dinp (n) = dout (n) * act'(inp (n)); dinp may alias dout.
 // bias_act_forward_X:    pre (N, C) += bias (C) in place, out (N, C) = act(pre).
-// bias_act_backward_X:   dpre (N, C) = dout * act'(pre) and dbias (C) += its column sums, in one
-//                        pass (launched like bias_backward). Each element is read and written by one
-//                        item, so dpre may alias dout.
+// bias_act_backward_X:   dpre (N, C) = (dout * the dropout mask) * act'(pre) and dbias (C) += its
+//                        column sums, in one pass (launched like bias_backward; drop_off the flat index
+//                        of the launch's element 0 in the masked tensor). Each element is read and
+//                        written by one item, so dpre may alias dout.
 #if CF_DEVICE_IS_CPU
 #define BIAS_ACT_BACKWARD_BODY(ACT) bias_act_backward_cpu(dpre + dpre_off, dbias + dbias_off, dout + dout_off, \
-                                                          pre + pre_off, N, C, ACT)
+                                                          pre + pre_off, N, C, ACT, &d)
 #else
 #define BIAS_ACT_BACKWARD_BODY(ACT)   \
   __local float red[CF_WG];           \
-  bias_act_backward_groups(dpre + dpre_off, dbias + dbias_off, dout + dout_off, pre + pre_off, N, C, ACT, red)
+  bias_act_backward_groups(dpre + dpre_off, dbias + dbias_off, dout + dout_off, pre + pre_off, N, C, ACT, &d, red)
 #endif
 
 // Flat kernels: item i takes elements i*ACT_VW .. +ACT_VW-1 (global size ceil(n / ACT_VW)); the
@@ -223,7 +274,10 @@ inline void bias_act_forward_rows(__global float *out, __global float *pre, __gl
   }                                                                                                                \
   __kernel void bias_act_backward_##NAME(__global float *dpre, uint dpre_off, __global float *dbias,              \
                                          uint dbias_off, __global const float *dout, uint dout_off,                \
-                                         __global const float *pre, uint pre_off, int N, int C) {                  \
+                                         __global const float *pre, uint pre_off, int N, int C, float p,           \
+                                         float scale, uint seed, uint step, uint tensor_id, uint group0,           \
+                                         uint drop_off) {                                                          \
+    act_dropout d = {p, scale, seed, step, tensor_id, group0, drop_off};                                           \
     BIAS_ACT_BACKWARD_BODY(ACT);                                                                                   \
   }
 

@@ -47,7 +47,8 @@ static void bias_act_fwd_ref(cf_op_case *c) {
   ref_bias_act_forward(c->ref[0], c->ref[1], c->host[1], c->host[2], c->d.N, c->d.C, CF_ACT_GELU_TANH);
 }
 static cf_status bias_act_bwd(const cf_op_case *c) {
-  return cf_bias_act_backward(c->ctx, c->dev[0], c->dev[1], c->dev[2], c->dev[3], c->d.N, c->d.C, CF_ACT_GELU_TANH);
+  return cf_bias_act_backward(c->ctx, c->dev[0], c->dev[1], c->dev[2], c->dev[3], c->d.N, c->d.C, CF_ACT_GELU_TANH,
+                              (cf_dropout){0});
 }
 static void bias_act_bwd_ref(cf_op_case *c) {
   ref_bias_act_backward(c->ref[0], c->ref[1], c->host[2], c->host[3], c->d.N, c->d.C, CF_ACT_GELU_TANH);

@@ -147,9 +147,10 @@ cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out, cf_mem pre, cf_mem bi
 }
 
 cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_mem dout, cf_mem pre, int N, int C,
-                               cf_activation act) {
+                               cf_activation act, cf_dropout d) {
   CF_TRY(check_act(act));
   CF_TRY(check_nc(N, C));
+  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
   if (N == 0) return CF_OK;
   size_t global, local;
   column_grid(ctx, C, &global, &local);
@@ -162,6 +163,8 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_me
     CF_ARG_MEMS(&L, cf_shift(dpre, at), dbias, cf_shift(dout, at), cf_shift(pre, at));
     cf_arg_int(&L, cf_reduce_rows(N, n0));
     cf_arg_int(&L, C);
+    cf_arg_dropout(&L, d);
+    cf_arg_uint(&L, (unsigned)at);  /* the launch's first element in the mask (< 2^32: cf_dropout_check) */
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   return CF_OK;

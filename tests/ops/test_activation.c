@@ -163,7 +163,7 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   /* backward from the biased pre-activation the device left */
   for (int c = 0; c < C; c++) rdb[c] = db0[c];
   ref_bias_act_backward(rdpre, rdb, dout, pb, N, C, act);
-  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act));
+  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, (cf_dropout){0}));
   float *dpre = test_read(ctx, d_dpre, NC), *db = test_read(ctx, d_db, C);
   snprintf(what, sizeof what, "bias_act_backward %s dpre N=%d C=%d", name, N, C);
   test_compare(what, dpre, rdpre, NC, 1e-5, 1e-4);
@@ -171,16 +171,39 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   test_compare(what, db, rdb, C, sum_atol(N), 1e-4);
   test_poison(ctx, d_dpre, NC);
   test_upload(ctx, d_db, db0, C);
-  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act));
+  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, (cf_dropout){0}));
   test_check_same(what, ctx, d_dpre, dpre, NC);
   test_check_same(what, ctx, d_db, db, C);
   /* dpre aliasing dout */
   test_upload(ctx, d_db, db0, C);
-  TEST_OK(cf_bias_act_backward(ctx, d_dout, d_db, d_dout, d_pre, N, C, act));
+  TEST_OK(cf_bias_act_backward(ctx, d_dout, d_db, d_dout, d_pre, N, C, act, (cf_dropout){0}));
   float *al = test_read(ctx, d_dout, NC);
   snprintf(what, sizeof what, "bias_act_backward %s dpre aliasing dout N=%d C=%d", name, N, C);
   test_compare(what, al, rdpre, NC, 1e-5, 1e-4);
   test_check_same(what, ctx, d_db, db, C);
+
+  /* with the dropout that followed the activation folded in: the same bits as dropout's backward
+   * followed by the plain op (the mask's group0 odd, and a launch per 2048 rows starting mid-group
+   * when C is odd) */
+  cf_dropout drop = {0.3f, 77u, 5u, 9u, 3u};
+  test_upload(ctx, d_dout, dout, NC);
+  test_upload(ctx, d_db, db0, C);
+  TEST_OK(cf_dropout_backward(ctx, d_dout, NC, drop));
+  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, (cf_dropout){0}));
+  float *two = test_read(ctx, d_dpre, NC), *two_db = test_read(ctx, d_db, C);
+  size_t dropped = 0;
+  for (size_t i = 0; i < NC; i++) dropped += !cf_dropout_keep(drop, (uint32_t)i);
+  test_upload(ctx, d_dout, dout, NC);
+  test_upload(ctx, d_db, db0, C);
+  test_poison(ctx, d_dpre, NC);
+  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, drop));
+  snprintf(what, sizeof what, "bias_act_backward %s with dropout (%zu of %zu dropped), against dropout's backward "
+           "then the op, N=%d C=%d", name, dropped, NC, N, C);
+  test_check_same(what, ctx, d_dpre, two, NC);
+  test_check_same(what, ctx, d_db, two_db, C);
+  TEST_ASSERT(NC < 100 || (dropped > NC / 5 && dropped < NC / 2), "%s: the mask drops %zu of %zu", what, dropped, NC);
+  free(two);
+  free(two_db);
 
   test_free_tensors();
   free(pre); free(b); free(dout); free(db0); free(rout); free(rpre); free(rdpre); free(rdb);
@@ -241,7 +264,7 @@ static void bias_act_fd(cf_context *ctx, test_rng *r, cf_activation act) {
   cf_mem d_rw = test_tensor(ctx, rw, NC, 3), d_dpre = test_tensor(ctx, NULL, NC, 1), d_db = test_tensor(ctx, NULL, C, 1);
   TEST_OK(cf_fill(ctx, d_db, 0, C));
   TEST_OK(cf_bias_act_forward(ctx, d_out, d_pre, d_b, N, C, act));
-  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_rw, d_pre, N, C, act));
+  TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_rw, d_pre, N, C, act, (cf_dropout){0}));
   float *ddp = test_read(ctx, d_dpre, NC), *ddb = test_read(ctx, d_db, C);
   snprintf(what, sizeof what, "device bias_act_backward %s dpre vs central differences", name);
   test_compare(what, ddp, fdp, NC, 1e-5, 1e-4);
@@ -281,7 +304,8 @@ static void bad_arguments(cf_context *ctx) {
   TEST_ASSERT(cf_bias_backward(ctx, z, z, -1, 2) == CF_ERR_INVALID_ARG, "N < 0 accepted");
   TEST_ASSERT(cf_bias_act_forward(ctx, z, z, z, 2, 2, (cf_activation)3) == CF_ERR_INVALID_ARG,
               "activation 3 accepted");
-  TEST_ASSERT(cf_bias_act_backward(ctx, z, z, z, z, 2, 0, CF_ACT_RELU) == CF_ERR_INVALID_ARG, "C = 0 accepted");
+  TEST_ASSERT(cf_bias_act_backward(ctx, z, z, z, z, 2, 0, CF_ACT_RELU, (cf_dropout){0}) == CF_ERR_INVALID_ARG,
+              "C = 0 accepted");
   cf_set_verbosity(v);
   cf_clear_error();
   TEST_ASSERT(cf_activation_forward(ctx, z, z, 0, CF_ACT_RELU) == CF_OK, "n = 0 rejected");
@@ -294,7 +318,7 @@ int main(void) {
   cf_context *ctx = test_context();
   test_rng r = test_rng_seed(777);
   static const size_t sizes[] = {1, 3, 1000, 4096 * 512};
-  static const int shapes[][2] = {{1, 1}, {5, 1}, {1, 7}, {13, 77}, {3, 700}, {4096, 512}};
+  static const int shapes[][2] = {{1, 1}, {5, 1}, {1, 7}, {13, 77}, {3, 700}, {2050, 13}, {4096, 512}};
   for (int k = 0; k < 3; k++) {
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) activation_case(ctx, &r, ACTS[k], sizes[s]);
     activation_fd(ctx, &r, ACTS[k]);
