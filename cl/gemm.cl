@@ -263,14 +263,16 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   uint t0 = (uint)((ulong)part * mt / parts), t1 = (uint)(((ulong)part + 1) * mt / parts);   \
   __global float *c = C + c_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0;
 
-// The forward linear layer's epilogue in gemm_an_strips (cf_gemm_nt_epilogue): y = x W^T + bias
-// added to the accumulators before the first slice's stores (alpha 1, beta 0), and act(y) written to
-// a second matrix from the rows just stored (still in this core's cache) after the last slice: one
-// pass over y where the separate bias and bias + activation kernels took two.
+// The forward linear layer's epilogue in gemm_an_strips (cf_gemm_nt_bias_act): y = x W^T + bias
+// added to the accumulators before the first slice's stores (alpha 1, beta 0), and dropout(act(y))
+// written to a second matrix from the rows just stored (still in this core's cache) after the last
+// slice: one pass over y where the separate bias, bias + activation and dropout kernels took three.
 #define GEMM_EPI_BIAS 1u
 #define GEMM_EPI_ACT 2u
 typedef float16 floatv;
 #include "activation.clh"
+#include "philox.clh"
+#include "dropout.clh"
 
 // The bias's 64 columns of this panel into t (zeros past N: those columns are not stored), then
 // added to the tile's accumulators by a macro (a function taking the accumulators' addresses could
@@ -287,20 +289,49 @@ void gemm_bias_row(float *t, __global const float *bias, uint nn) {
   c##i##a += vload16(0, bt_); c##i##b += vload16(1, bt_); c##i##c += vload16(2, bt_); \
   c##i##d += vload16(3, bt_);
 
-// dst (rows x nn, row stride ld) = act(src), as vectors of 16 (a partial panel through a private row,
-// so every column sees the same vector code as activation.cl's kernels).
-void gemm_act_rows(__global float *dst, __global const float *src, uint rows, uint ld, uint nn, int act) {
+// The dropout after the activation (p 0: none), its mask over the (M, ld) output: element (r, c) is
+// flat element r * ld + c (cl/dropout.clh).
+typedef struct gemm_dropout {
+  float p, scale;
+  uint seed, step, tensor_id, group0;
+} gemm_dropout;
+
+// f (64) = the mask's factors of flat elements e0 .. e0 + nn - 1: one 16-lane Philox call for an
+// aligned block of 64, else group by group.
+void gemm_drop_factors(float16 *f, const gemm_dropout *d, uint e0, uint nn) {
+  if (nn == GEMM_NR && e0 % 64u == 0u) {
+    cf_dropout_factors64(d->seed, d->step, d->tensor_id, d->group0, e0 / 4u, d->p, d->scale, f);
+    return;
+  }
+  float t[GEMM_NR];
+  for (uint j = 0; j < nn; j++) {
+    uint e = e0 + j;
+    float4 g = cf_dropout_factors(d->seed, d->step, d->tensor_id, d->group0, e / 4u, d->p, d->scale);
+    uint k = e % 4u;
+    t[j] = k == 0u ? g.x : k == 1u ? g.y : k == 2u ? g.z : g.w;
+  }
+  for (uint j = nn; j < GEMM_NR; j++) t[j] = 0.0f;
+  for (uint v = 0; v < GEMM_NR / 16; v++) f[v] = vload16(v, t);
+}
+
+// dst (rows x nn, row stride ld) = dropout(act(src)), as vectors of 16 (a partial panel through a
+// private row, so every column sees the same vector code as activation.cl's kernels); row i is row
+// r0 + i of the output, for the mask.
+void gemm_act_rows(__global float *dst, __global const float *src, uint rows, uint ld, uint nn, int act, uint r0,
+                   uint n0, const gemm_dropout *d) {
   for (uint i = 0; i < rows; i++, dst += ld, src += ld) {
+    float16 f[4] = {(float16)(1.0f), (float16)(1.0f), (float16)(1.0f), (float16)(1.0f)};
+    if (d->p > 0.0f) gemm_drop_factors(f, d, (r0 + i) * ld + n0, nn);
     if (nn == GEMM_NR) {
-      vstore16(act_forward(vload16(0, src), act), 0, dst);
-      vstore16(act_forward(vload16(1, src), act), 1, dst);
-      vstore16(act_forward(vload16(2, src), act), 2, dst);
-      vstore16(act_forward(vload16(3, src), act), 3, dst);
+      vstore16(act_forward(vload16(0, src), act) * f[0], 0, dst);
+      vstore16(act_forward(vload16(1, src), act) * f[1], 1, dst);
+      vstore16(act_forward(vload16(2, src), act) * f[2], 2, dst);
+      vstore16(act_forward(vload16(3, src), act) * f[3], 3, dst);
     } else {
       float t[GEMM_NR];
       GEMM_ZERO_ROW(t)
       for (uint j = 0; j < nn; j++) t[j] = src[j];
-      for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(act_forward(vload16(v, t), act), v, t);
+      for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(act_forward(vload16(v, t), act) * f[v], v, t);
       for (uint j = 0; j < nn; j++) dst[j] = t[j];
     }
   }
@@ -321,7 +352,8 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint outer_a,
                              uint outer_b, uint outer_c, int trans_b, uint parts, float alpha, float beta, uint kc,
                              uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
-                             int act) {
+                             int act, float drop_p, float drop_scale, uint drop_seed, uint drop_step, uint drop_tensor,
+                             uint drop_group0) {
   GEMM_STRIP_ITEM
   __global const float *b = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b;
   __global const float *panel = b + n0;
@@ -351,10 +383,11 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
         GEMM_REP(GEMM_ADD_BIAS)
       }
       GEMM_EPILOGUE
-      if ((epi & GEMM_EPI_ACT) && k0 + K == k_all)
+      if ((epi & GEMM_EPI_ACT) && k0 + K == k_all) {
+        gemm_dropout d = {drop_p, drop_scale, drop_seed, drop_step, drop_tensor, drop_group0};
         gemm_act_rows(act_out + act_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc,
-                      c + (size_t)m0 * ldc,
-                      min((uint)GEMM_MR, M - m0), ldc, nn, act);
+                      c + (size_t)m0 * ldc, min((uint)GEMM_MR, M - m0), ldc, nn, act, m0, n0, &d);
+      }
     }
   }
 }

@@ -64,16 +64,18 @@ cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int tr
 typedef enum { CF_ACT_RELU, CF_ACT_GELU_TANH, CF_ACT_GELU_ERF } cf_activation;
 
 /* A forward linear layer in one pass where it can be: C (M, N) = A (M, K) B^T + bias (N, added to
- * every row; not when bias.buf is NULL), then act_out (M, N, row stride ldc) = act(C) when
- * act_out.buf is set. The product runs on the implementation cf_gemm would pick for it; on ours the
- * bias and activation are applied in its own stores and *fused is 1; on CLBlast only C = A B^T is
- * computed, *fused is 0, and the caller adds the bias and activation (cf_bias_forward,
- * cf_bias_act_forward: the same values). */
+ * every row; not when bias.buf is NULL), then act_out (M, N, row stride ldc) = dropout(act(C)) when
+ * act_out.buf is set, the mask drop over the (M, ldc) output (element (r, c) flat element
+ * r * ldc + c; p 0: none). The product runs on the implementation cf_gemm would pick for it; on ours
+ * the bias, activation and dropout are applied in its own stores and *fused is 1; on CLBlast only
+ * C = A B^T is computed, *fused is 0, and the caller adds the rest (cf_bias_forward,
+ * cf_bias_act_forward, cf_dropout_forward: the same values). */
 cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
-                              cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, int *fused);
+                              cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, cf_dropout drop,
+                              int *fused);
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
                                    size_t lda, cf_mem B, size_t ldb, cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out,
-                                   cf_activation act, int *fused);
+                                   cf_activation act, cf_dropout drop, int *fused);
 
 /* Our kernels pack op(B) (and a transposed A) into a scratch buffer kept per context (grown on
  * demand, reused by later products on its in-order queue). This releases it now; otherwise it lives

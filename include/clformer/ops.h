@@ -11,17 +11,6 @@
  * keyed by Philox, residual adds (plain and fused with dropout) and small helpers (scale, add,
  * copy). Device ops, their double-precision references, and the family's self-test.
  * Flat sizes n are element counts below 2^31; every cf_mem carries its own offset. */
-/* Inverted dropout with probability p in [0, 1). Element i (counted from the cf_mem's offset)
- * is kept iff cf_uniform24(word i%4 of cf_random_bits(seed, step, tensor_id, group0 + i/4)) >= p,
- * and kept elements are scaled by 1/(1-p) (in float). The mask is regenerated, never stored.
- * group0 (usually 0) makes the tensor a slice of a larger one that starts 4*group0 elements
- * earlier: a model's micro-batch passes its rows' place in the step's global batch, so a row's
- * mask is the same whichever rank or micro-batch computes it. */
-typedef struct cf_dropout {
-  float p;
-  uint32_t seed, step, tensor_id;
-  uint32_t group0; /* the Philox group of element 0 */
-} cf_dropout;
 
 /* "relu", "gelu_tanh", "gelu_erf"; NULL for an unknown value. */
 const char *cf_activation_name(cf_activation act);
@@ -59,8 +48,6 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre /* (N, C) */, cf_mem
 
 /* 1 when element i is kept under d (the host twin of the device mask). */
 int cf_dropout_keep(cf_dropout d, uint32_t i);
-/* The factor kept elements are multiplied by: 1/(1-p) in float, exactly as the device uses it. */
-float cf_dropout_scale(cf_dropout d);
 
 /* x = dropout(x), in place. p == 0 is an exact identity and launches nothing. */
 cf_status cf_dropout_forward(cf_context *ctx, cf_mem x /* (n) */, size_t n, cf_dropout d);

@@ -172,6 +172,24 @@ void cf_arg_uint_list(cf_launch *L, const unsigned *v, size_t n);
  * multiples of local, so kernels bounds-check. */
 cf_status cf_launch_run(cf_launch *L, cl_uint dims, const size_t *global, const size_t *local);
 
+/* A dropout mask, generated where it is applied (cl/dropout.clh) by the ops and by the GEMM's
+ * epilogue, so it is described here, below both. */
+/* Inverted dropout with probability p in [0, 1). Element i (counted from the cf_mem's offset)
+ * is kept iff cf_uniform24(word i%4 of cf_random_bits(seed, step, tensor_id, group0 + i/4)) >= p,
+ * and kept elements are scaled by 1/(1-p) (in float). The mask is regenerated, never stored.
+ * group0 (usually 0) makes the tensor a slice of a larger one that starts 4*group0 elements
+ * earlier: a model's micro-batch passes its rows' place in the step's global batch, so a row's
+ * mask is the same whichever rank or micro-batch computes it. */
+typedef struct cf_dropout {
+  float p;
+  uint32_t seed, step, tensor_id;
+  uint32_t group0; /* the Philox group of element 0 */
+} cf_dropout;
+/* The factor kept elements are multiplied by: 1/(1-p) in float, exactly as the device uses it. */
+float cf_dropout_scale(cf_dropout d);
+/* Six arguments: p, the scale, seed, step, tensor_id, group0 (cl/dropout.clh's order). */
+void cf_arg_dropout(cf_launch *L, cf_dropout d);
+
 /* Per-operation timing from OpenCL profiling events (the context must be created with
  * profiling = 1). Between start and collect, every launch records an event; collect waits, sums
  * the device time per kernel name (largest first) and returns the number of entries. */

@@ -388,6 +388,7 @@ static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
 typedef struct gemm_epi {
   cf_mem bias, act_out;
   cf_activation act;
+  cf_dropout drop;  /* after the activation */
 } gemm_epi;
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
@@ -517,6 +518,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_mem(&L, flags & EPI_BIAS ? epi->bias : C);       /* unread without the flag */
   cf_arg_mem(&L, flags & EPI_ACT ? epi->act_out : C);
   cf_arg_int(&L, epi ? (int)epi->act : 0);
+  cf_arg_dropout(&L, epi ? epi->drop : (cf_dropout){0});
   size_t global[3] = {panels * parts, batch, o->count}, local[3] = {1, 1, 1};
   return cf_launch_run(&L, 3, global, local);
 }
@@ -716,21 +718,28 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
 
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
                                    size_t lda, cf_mem B, size_t ldb, cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out,
-                                   cf_activation act, int *fused) {
+                                   cf_activation act, cf_dropout drop, int *fused) {
   *fused = 1;
   if (M == 0 || N == 0) return CF_OK;
   if ((unsigned)act > CF_ACT_GELU_ERF) return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: unknown activation %d", (int)act);
+  if (!(drop.p >= 0.0f && drop.p < 1.0f) || (drop.p > 0.0f && !act_out.buf))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: dropout p %g %s", (double)drop.p,
+                   drop.p > 0.0f ? "without an activation output" : "is not in [0, 1)");
+  if (drop.p > 0.0f && 4 * (uint64_t)drop.group0 + (uint64_t)M * ldc > ((uint64_t)1 << 32))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: a dropout mask of %zu x %zu elements past group %u exceeds "
+                   "2^32 elements", M, ldc, drop.group0);
   cf_gemm_impl use;
   CF_TRY(pick(ctx, impl, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, &one_group, 1, &use));
   *fused = use == CF_GEMM_OWN && K > 0;
   if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group);
-  gemm_epi e = {bias, act_out, act};
+  gemm_epi e = {bias, act_out, act, drop};
   return own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
 }
 
 cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
-                              cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, int *fused) {
-  return cf_gemm_nt_bias_act_with(ctx, CF_GEMM_AUTO, M, N, K, A, lda, B, ldb, C, ldc, bias, act_out, act, fused);
+                              cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, cf_dropout drop,
+                              int *fused) {
+  return cf_gemm_nt_bias_act_with(ctx, CF_GEMM_AUTO, M, N, K, A, lda, B, ldb, C, ldc, bias, act_out, act, drop, fused);
 }
 
 cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,

@@ -18,21 +18,23 @@
 
 /* ---------- linear layers ---------- */
 
-/* y = x W^T + b, and act_out = act(y) when act_out.buf is set: in the product's own stores where
- * the GEMM can (cf_gemm_nt_bias_act), else by the separate kernels, which give the same values. */
+/* y = x W^T + b, and act_out = dropout d of act(y) when act_out.buf is set: in the product's own
+ * stores where the GEMM can (cf_gemm_nt_bias_act), else by the separate kernels, which give the same
+ * values. */
 static cf_status linear_act_forward(cf_model *m, int N, cf_mem y, cf_mem x, size_t w, size_t b, int in, int out,
-                                    cf_mem act_out) {
+                                    cf_mem act_out, cf_dropout d) {
   cf_mem bias = b == SIZE_MAX ? (cf_mem){0} : P(b);
   int fused;
   CF_TRY(cf_gemm_nt_bias_act(m->ctx, (size_t)N, (size_t)out, (size_t)in, x, (size_t)in, P(w), (size_t)in, y,
-                             (size_t)out, bias, act_out, m->act, &fused));
+                             (size_t)out, bias, act_out, m->act, d, &fused));
   if (fused) return CF_OK;
-  if (act_out.buf) return cf_bias_act_forward(m->ctx, act_out, y, bias, N, out, m->act);
-  return bias.buf ? cf_bias_forward(m->ctx, y, bias, N, out) : CF_OK;
+  if (!act_out.buf) return bias.buf ? cf_bias_forward(m->ctx, y, bias, N, out) : CF_OK;
+  CF_TRY(cf_bias_act_forward(m->ctx, act_out, y, bias, N, out, m->act));
+  return cf_dropout_forward(m->ctx, act_out, (size_t)N * out, d);
 }
 
 cf_status cf_linear_forward(cf_model *m, int N, cf_mem y, cf_mem x, size_t w, size_t b, int in, int out) {
-  return linear_act_forward(m, N, y, x, w, b, in, out, (cf_mem){0});
+  return linear_act_forward(m, N, y, x, w, b, in, out, (cf_mem){0}, (cf_dropout){0});
 }
 
 cf_status cf_linear_backward(cf_model *m, int N, cf_mem dx, size_t w, size_t b, cf_mem dy, cf_mem x, int in, int out,
@@ -229,8 +231,8 @@ static cf_status ffn_forward(cf_model *m, const block_stack *s, int l, cf_mem in
   const layer_params *p = &s->lp[l];
   const layer_acts *a = &s->la[l];
   int N = rows(s), C = m->C, F = m->F;
-  CF_TRY(linear_act_forward(m, N, A(a->h), inp, p->fc1_w, p->fc1_b, C, F, A(a->a)));
-  CF_TRY(cf_dropout_forward(m->ctx, A(a->a), (size_t)N * F, cf_block_dropout(m, s, l, DROP_FFN_ACT, m->mc.dropout)));
+  CF_TRY(linear_act_forward(m, N, A(a->h), inp, p->fc1_w, p->fc1_b, C, F, A(a->a),
+                            cf_block_dropout(m, s, l, DROP_FFN_ACT, m->mc.dropout)));
   return cf_linear_forward(m, N, S(m->s_branch), A(a->a), p->fc2_w, p->fc2_b, F, C);
 }
 

@@ -11,8 +11,6 @@ int cf_dropout_keep(cf_dropout d, uint32_t i) {
   return cf_random_uniform(d.seed, d.step, d.tensor_id, 4u * d.group0 + i) >= d.p;
 }
 
-float cf_dropout_scale(cf_dropout d) { return 1.0f / (1.0f - d.p); }
-
 /* Shared with residual.c: validate p and n. */
 cf_status cf_dropout_check(cf_dropout d, size_t n) {
   if (!(d.p >= 0.0f && d.p < 1.0f)) return CF_FAIL(CF_ERR_INVALID_ARG, "dropout: p must be in [0, 1), got %g", (double)d.p);
@@ -33,14 +31,6 @@ void cf_dropout_grid(cf_context *ctx, const char *program, size_t n, size_t *glo
   *local = cpu ? 16 : cf_program_wg(ctx, program);
 }
 
-void cf_arg_dropout(cf_launch *L, cf_dropout d) {
-  cf_arg_float(L, d.p);
-  cf_arg_float(L, cf_dropout_scale(d));
-  cf_arg_uint(L, d.seed);
-  cf_arg_uint(L, d.step);
-  cf_arg_uint(L, d.tensor_id);
-  cf_arg_uint(L, d.group0);
-}
 
 /* out = in * mask * scale (out may be in); used by forward, backward and residual backward. */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d) {

@@ -10,9 +10,6 @@ cf_status cf_dropout_check(cf_dropout d, size_t n);
 void cf_dropout_grid(cf_context *ctx, const char *program, size_t n, size_t *global, size_t *local);
 /* out = in * mask * scale (out may be in). */
 cf_status cf_dropout_apply(cf_context *ctx, cf_mem out, cf_mem in, size_t n, cf_dropout d);
-/* p, scale, seed, step, tensor_id, group0, in that order. */
-void cf_arg_dropout(cf_launch *L, cf_dropout d);
-
 /* The attention's softmax launches. att (B, NH, T, T) in place; pdrop (B, NH, T, T) written when
  * drop.p > 0; key_mask int (B, T) or buf NULL. The backward: datt (B, NH, T, T) dL/dP_drop in,
  * dL/d(q.k^T) out; att the saved P. */

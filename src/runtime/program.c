@@ -414,6 +414,17 @@ void cf_arg_buf(cf_launch *L, cl_mem buf) { set_arg(L, sizeof buf, &buf); }
 void cf_arg_int(cf_launch *L, int v) { cl_int x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_uint(cf_launch *L, unsigned v) { cl_uint x = v; set_arg(L, sizeof x, &x); }
 void cf_arg_float(cf_launch *L, float v) { cl_float x = v; set_arg(L, sizeof x, &x); }
+
+float cf_dropout_scale(cf_dropout d) { return 1.0f / (1.0f - d.p); }
+
+void cf_arg_dropout(cf_launch *L, cf_dropout d) {
+  cf_arg_float(L, d.p);
+  cf_arg_float(L, cf_dropout_scale(d));
+  cf_arg_uint(L, d.seed);
+  cf_arg_uint(L, d.step);
+  cf_arg_uint(L, d.tensor_id);
+  cf_arg_uint(L, d.group0);
+}
 void cf_arg_local(cf_launch *L, size_t bytes) {
   if (bytes > L->ctx->info.local_mem && L->status == CF_OK)  /* said plainly, not as the driver's code */
     L->status = cf_report(CF_ERR_INVALID_ARG, NULL, L->file, L->line, "%s, argument %u: %zu bytes of local memory "

@@ -171,7 +171,7 @@ static void check_nested(cf_context *ctx, test_rng *r) {
  * stay untouched). Ours applies both in its stores (fused 1); CLBlast computes the product alone
  * (fused 0), which the caller completes. */
 static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_t M, size_t N, size_t K, int with_bias,
-                          int with_act, cf_activation act) {
+                          int with_act, cf_activation act, cf_dropout drop) {
   size_t ldc = N + 3, nc = M * ldc;
   float *x = malloc(M * K * 4), *w = malloc(N * K * 4), *bias = malloc(N * 4), *pad = malloc(nc * 4);
   test_fill_uniform(r, x, M * K, -1, 1);
@@ -187,7 +187,7 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
   int fused = -1;
   TEST_OK(cf_gemm_nt_bias_act_with(ctx, impl, M, N, K, cf_at(dx, 0), K, cf_at(dw, 0), K, cf_at(dy, 0), ldc,
                                    with_bias ? cf_at(db, 0) : (cf_mem){0}, with_act ? cf_at(da, 0) : (cf_mem){0}, act,
-                                   &fused));
+                                   drop, &fused));
   int want_fused = impl == CF_GEMM_OWN;
   double *yref = malloc(nc * sizeof *yref), *aref = malloc(nc * sizeof *aref);
   for (size_t i = 0; i < nc; i++) yref[i] = aref[i] = pad[i];
@@ -196,7 +196,8 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
     for (size_t j = 0; j < N; j++) {
       double *y = &yref[i * ldc + j];
       if (with_bias && fused) *y += bias[j];
-      if (with_act && fused) aref[i * ldc + j] = ref_activation(*y, act);
+      if (with_act && fused)  /* the mask over the (M, ldc) output */
+        aref[i * ldc + j] = ref_activation(*y, act) * (cf_dropout_keep(drop, (uint32_t)(i * ldc + j)) ? cf_dropout_scale(drop) : 0.0);
     }
   float *y = test_read(ctx, cf_at(dy, 0), nc), *a = test_read(ctx, cf_at(da, 0), nc);
   int nf_y, nf_a = 0;
@@ -209,10 +210,10 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
   if (with_act && fused) err_a = rel_fro(a, aref, nc, &nf_a);
   ncases++;
   TEST_ASSERT(fused == want_fused && nf_y == 0 && nf_a == 0 && err_y < 1e-5 && err_a < 1e-5 && untouched,
-              "%s epilogue M=%zu N=%zu K=%zu bias %d %s %s: fused %d (want %d), y error %.3g (%d non-finite), "
-              "act error %.3g (%d non-finite), padding %s", cf_gemm_impl_name(impl), M, N, K, with_bias,
-              with_act ? "act" : "no act", cf_activation_name(act), fused, want_fused, err_y, nf_y, err_a, nf_a,
-              untouched ? "intact" : "overwritten");
+              "%s epilogue M=%zu N=%zu K=%zu bias %d %s %s dropout %g: fused %d (want %d), y error %.3g (%d "
+              "non-finite), act error %.3g (%d non-finite), padding %s", cf_gemm_impl_name(impl), M, N, K, with_bias,
+              with_act ? "act" : "no act", cf_activation_name(act), (double)drop.p, fused, want_fused, err_y, nf_y,
+              err_a, nf_a, untouched ? "intact" : "overwritten");
   free(x); free(w); free(bias); free(pad); free(yref); free(aref); free(y); free(a);
   cf_buffer_free(dx); cf_buffer_free(dw); cf_buffer_free(db); cf_buffer_free(dy); cf_buffer_free(da);
 }
@@ -220,15 +221,21 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
 static void check_epilogue(cf_context *ctx, test_rng *r) {
   static const size_t shapes[][3] = {{1, 1, 1}, {7, 65, 33}, {13, 130, 300}, {64, 1024, 256}, {37, 200, 1031},
                                      {6, 64, 16}};
+  cf_dropout none = {0}, drop = {0.25f, 11u, 3u, 7u, 5u};  /* group0 odd: blocks of 64 straddle rows */
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     for (int act = CF_ACT_RELU; act <= CF_ACT_GELU_ERF; act++) {
-      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, (cf_activation)act);
+      cf_activation a = (cf_activation)act;
+      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, none);
+      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop);
       if (act == CF_ACT_RELU) {
-        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, (cf_activation)act);
-        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, (cf_activation)act);
-        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, (cf_activation)act);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, a, none);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, a, drop);
+        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop);
       }
     }
+  /* aligned blocks of 64 (ldc a multiple of 64 with group0 a multiple of 16: one Philox call a row's panel) */
+  cf_dropout aligned = {0.25f, 11u, 3u, 7u, 16u};
+  epilogue_case(ctx, CF_GEMM_OWN, r, 20, 128, 40, 1, 1, CF_ACT_RELU, aligned);
 }
 
 /* The same product twice through our kernels gives the same bits. */
