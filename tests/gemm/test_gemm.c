@@ -158,7 +158,7 @@ static void nested_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta,
  * and so run a group at a time). */
 static void check_nested(cf_context *ctx, test_rng *r) {
   static const size_t shapes[][5] = {{64, 64, 64, 4, 3}, {37, 64, 37, 3, 2}, {64, 37, 64, 2, 3}, {5, 64, 9, 2, 2},
-                                     {13, 70, 29, 3, 2}};
+                                     {13, 70, 29, 3, 2}, {5, 64, 9, 7, 3}};
   for (int impl = CF_GEMM_CLBLAST; impl <= CF_GEMM_OWN; impl++)
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
       for (int f = 0; f < 4; f++)
@@ -326,6 +326,9 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   /* batched with odd sizes (run_case pads rows and matrices by odd amounts) */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 31, 3, 1.0f, t == 2 ? -1.0f : 0.0f);
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 64, 64, 64, 4, 0.125f, 0.0f);
+  /* small products in odd batches */
+  run_case(ctx, impl, r, 0, 1, 9, 70, 33, 13, 1.0f, 0.5f);
+  run_case(ctx, impl, r, 0, 0, 5, 64, 20, 37, -1.0f, 0.0f);
   /* the model's shapes, small: forward x W^T, dW += dy^T x, dx = dy W */
   run_case(ctx, impl, r, 0, 1, 512, 768, 256, 1, 1.0f, 0.0f);
   run_case(ctx, impl, r, 1, 0, 256, 256, 1024, 1, 1.0f, 1.0f);
