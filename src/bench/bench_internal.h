@@ -40,9 +40,9 @@ struct json_t *cf_bench_stats_json(cf_bench_stats s, double scale, const char *f
 cf_status cf_bench_json_append(struct json_t *array, struct json_t *row);
 
 /* `bench step`'s host-transfer figures (bench_transfer.c): the step's uploads (`what` names them
- * in the text, upload_kib their size for the JSON) by copies and by maps, `steps` profiled steps each, and a checkpoint's read-out both
- * ways; printed to out and set as the report's "transfers" (report may be NULL). The context's
- * choice is restored after. */
+ * in the text, upload_kib their size for the JSON) by copies and by maps, `steps` profiled steps
+ * each, and a checkpoint's read-out both ways; printed to out and set as the report's "transfers"
+ * (report may be NULL). The context's choice is restored after. */
 struct cf_model;
 cf_status cf_bench_transfers(cf_context *ctx, struct cf_model *m, cf_bench_fn step, void *arg, int steps,
                              const char *what, double upload_kib, FILE *out, struct json_t *report);

@@ -293,8 +293,8 @@ static void print_breakdown(const step_bench *b) {
   fprintf(out, "  GEMM total %.2f ms (%.1f%%), everything else %.2f ms (%.1f%%)\n", gemm_ms, 100 * gemm_ms / dev,
           dev - gemm_ms, 100 * (dev - gemm_ms) / dev);
   if (gemm_ms > 0 && b->peak > 0)
-    fprintf(out, "  matrix products: %.3f GFLOP in the GEMM kernels' %.2f ms, %.1f GFLOP/s: %.1f%% of the fp32 FMA peak "
-            "(%.1f GFLOP/s, a kernel of register-only FMAs run after these steps)\n", b->flops * 1e-9, gemm_ms,
+    fprintf(out, "  matrix products: %.3f GFLOP in the GEMM kernels' %.2f ms, %.1f GFLOP/s: %.1f%% of the fp32 FMA "
+            "peak (%.1f GFLOP/s, a kernel of register-only FMAs run after these steps)\n", b->flops * 1e-9, gemm_ms,
             b->flops / gemm_ms * 1e-6, 100 * b->flops / gemm_ms * 1e-6 / b->peak, b->peak);
 }
 
@@ -333,7 +333,8 @@ static json_t *breakdown_json(const step_bench *b) {
       rows = NULL;
     }
   if (!rows) return NULL;
-  json_t *frac = b->gemm_ms > 0 && b->peak > 0 ? cf_json_num(b->flops / b->gemm_ms * 1e-6 / b->peak, "%.4f") : json_null();
+  json_t *frac =
+      b->gemm_ms > 0 && b->peak > 0 ? cf_json_num(b->flops / b->gemm_ms * 1e-6 / b->peak, "%.4f") : json_null();
   return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n, s:o, s:o}", "steps", b->psteps, "step_ms",
                    cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", cf_json_num(b->dev, "%.4f"), "gemm_ms",
                    cf_json_num(b->gemm_ms, "%.4f"), "ops", rows, "unavailable", "fma_peak_gflops",
@@ -413,7 +414,8 @@ static cf_status run_step_bench(step_bench *b, json_t *report) {
   print_breakdown(b);
   char what[160];
   double kib = (b->s.pairs.B ? 3.0 * b->N + b->B : 2.0 * b->N) * sizeof(int) / 1024;
-  if (b->s.pairs.B) snprintf(what, sizeof what, "source ids, lengths, target inputs and outputs (%.1f KiB in all)", kib);
+  if (b->s.pairs.B)
+    snprintf(what, sizeof what, "source ids, lengths, target inputs and outputs (%.1f KiB in all)", kib);
   else snprintf(what, sizeof what, "token ids and targets (2 x %.1f KiB)", kib / 2);
   CF_TRY(cf_bench_transfers(b->ctx, b->s.m, enqueue_step, &b->s, b->psteps, what, kib, b->out, report));
   if (b->o->vs_torch) print_torch(b);

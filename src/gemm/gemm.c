@@ -721,7 +721,8 @@ cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M,
                                    cf_activation act, cf_dropout drop, int *fused) {
   *fused = 1;
   if (M == 0 || N == 0) return CF_OK;
-  if ((unsigned)act > CF_ACT_GELU_ERF) return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: unknown activation %d", (int)act);
+  if ((unsigned)act > CF_ACT_GELU_ERF)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: unknown activation %d", (int)act);
   if (!(drop.p >= 0.0f && drop.p < 1.0f) || (drop.p > 0.0f && !act_out.buf))
     return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM epilogue: dropout p %g %s", (double)drop.p,
                    drop.p > 0.0f ? "without an activation output" : "is not in [0, 1)");

@@ -80,6 +80,7 @@ cf_status cf_fill(cf_context *ctx, cf_mem m, float value, size_t n) {
   cf_arg_mem(&L, m);
   cf_arg_float(&L, value);
   cf_arg_int(&L, (int)n);
-  size_t global = cpu ? (n + 4095) / 4096 : n, local = cpu ? 1 : cf_program_local(ctx, "elementwise", 64);  /* FILL_CHUNK */
+  size_t global = cpu ? (n + 4095) / 4096 : n;  /* FILL_CHUNK floats an item on CPUs */
+  size_t local = cpu ? 1 : cf_program_local(ctx, "elementwise", 64);
   return cf_launch_run(&L, 1, &global, &local);
 }

@@ -197,7 +197,8 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
       double *y = &yref[i * ldc + j];
       if (with_bias && fused) *y += bias[j];
       if (with_act && fused)  /* the mask over the (M, ldc) output */
-        aref[i * ldc + j] = ref_activation(*y, act) * (cf_dropout_keep(drop, (uint32_t)(i * ldc + j)) ? cf_dropout_scale(drop) : 0.0);
+        aref[i * ldc + j] = ref_activation(*y, act) *
+                            (cf_dropout_keep(drop, (uint32_t)(i * ldc + j)) ? cf_dropout_scale(drop) : 0.0);
     }
   float *y = test_read(ctx, cf_at(dy, 0), nc), *a = test_read(ctx, cf_at(da, 0), nc);
   int nf_y, nf_a = 0;
