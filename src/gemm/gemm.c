@@ -572,49 +572,12 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   return cf_launch_run(&L, a_inplace ? 3 : 2, global, local);  /* gemm_at_rows: one group (own_gemm) */
 }
 
-/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). The strip kernels take a nested
- * batch in one launch; the others a group at a time. */
-static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
-                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
-                          cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o,
-                          const gemm_epi *epi) {
-  int packed_b = trans_b || N % OWN_NR;
-  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
-   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
-   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
-   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
-   * packed is faster. */
-  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
-  int strips = K > 0 && (!trans_a || (a_inplace && !packed_b));
-  if (o->count > 1 && !strips) {
-    for (size_t g = 0; g < o->count; g++)
-      CF_TRY(own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
-                      cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch,
-                      &one_group, epi));
-    return CF_OK;
-  }
-  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch) ||
-      !(fits32(o->a) && fits32(o->b) && fits32(o->c)))
-    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
-                   "indexing of the own kernels", M, N, K, batch);
-  size_t budget = 0;
-  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
-  if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda, epi != NULL)) return over_budget(ctx, budget, M, N, K);
-  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
-  /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
-   * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
-   * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
-   * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
-   * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
-  size_t kc = own_kc(K);
-  if (!trans_a && K > 0)
-    return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
-                              beta, C, ldc, stride_c, batch, o, panels, tiles, packed_b, budget, epi);
-  if (trans_a && K > 0 && !packed_b)
-    return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                                  ldc, stride_c, batch, o, panels, tiles, budget);
-  /* gemm_at: op(A) = A^T with op(B) packed by gemm_pack_b, or K = 0 (C = beta C, A and B unread) */
-  int pack_b = packed_b && K > 0, pack_a = trans_a && K > 0 && !a_inplace;
+/* gemm_at: op(A) = A^T with op(B) packed first by gemm_pack_b (pack_b) and A^T by gemm_pack_at
+ * (pack_a), or K = 0 (C = beta C, A and B unread). */
+static cf_status own_gemm_at(cf_context *ctx, int trans_b, size_t M, size_t N, size_t K, float alpha, cf_mem A,
+                             size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta, cf_mem C,
+                             size_t ldc, size_t stride_c, size_t batch, size_t panels, size_t tiles, int pack_b,
+                             int pack_a) {
   size_t per_b = pack_b ? panels * OWN_NR * K : 0, per_a = pack_a ? tiles * OWN_MR * K : 0;
   cl_mem buf = NULL;
   if (pack_a || pack_b) CF_TRY(scratch_get(ctx, (per_a + per_b) * batch * sizeof(float), &buf));
@@ -659,6 +622,51 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   cf_arg_uint(&L, (unsigned)group);
   size_t global[2] = {tiles * panels, batch}, local[2] = {1, 1};
   return cf_launch_run(&L, 2, global, local);
+}
+
+/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). The strip kernels take a nested
+ * batch in one launch; the others a group at a time. */
+static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                          cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
+                          cf_mem C, size_t ldc, size_t stride_c, size_t batch, const gemm_outer *o,
+                          const gemm_epi *epi) {
+  int packed_b = trans_b || N % OWN_NR;
+  /* op(A) = A^T is read in place unless its rows are a multiple of 4 KiB apart (every row of a
+   * tile's k loop then falls in the same cache sets): then, and for M < 6, it is packed. Measured on
+   * Zen 5 with the calls interleaved (gemm_at, one item per tile), in place against packed: rows
+   * 3 KiB apart 3-10% faster, 2 KiB 7-21%, 6 KiB the same, with C 1024 wide 3-8%; 4 KiB apart,
+   * packed is faster. */
+  int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
+  int strips = K > 0 && (!trans_a || (a_inplace && !packed_b));
+  if (o->count > 1 && !strips) {
+    for (size_t g = 0; g < o->count; g++)
+      CF_TRY(own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
+                      cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch,
+                      &one_group, epi));
+    return CF_OK;
+  }
+  if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch) ||
+      !(fits32(o->a) && fits32(o->b) && fits32(o->c)))
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM M=%zu N=%zu K=%zu batch=%zu: sizes, strides or offsets exceed the 32-bit "
+                   "indexing of the own kernels", M, N, K, batch);
+  size_t budget = 0;
+  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+  if (!own_loops_fit(budget, trans_a, trans_b, M, N, K, lda, epi != NULL)) return over_budget(ctx, budget, M, N, K);
+  size_t panels = (N + OWN_NR - 1) / OWN_NR, tiles = (M + OWN_MR - 1) / OWN_MR;
+  /* Where B is read in place, a K over OWN_SLICE_MIN_K runs as slices of about OWN_SLICE_K inside the
+   * strip kernels, C accumulating (cl/gemm.cl). Measured on Zen 5 with the calls interleaved, as
+   * separate launches against one pass (before the kernels took slices themselves, another 4-5%):
+   * NN K = 1024 3-5% faster, 25% at K = 2048, TN with B's rows 4 KiB apart 6%; at K = 768 and 640
+   * one pass was 5-9% faster, and so were the NT products (B packed) at K = 1024. */
+  size_t kc = own_kc(K);
+  if (!trans_a && K > 0)
+    return own_gemm_an_strips(ctx, trans_b, M, N, K, packed_b ? K : kc, alpha, A, lda, stride_a, B, ldb, stride_b,
+                              beta, C, ldc, stride_c, batch, o, panels, tiles, packed_b, budget, epi);
+  if (trans_a && K > 0 && !packed_b)
+    return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                                  ldc, stride_c, batch, o, panels, tiles, budget);
+  return own_gemm_at(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch,
+                     panels, tiles, packed_b && K > 0, trans_a && K > 0 && !a_inplace);
 }
 
 /* ---------- entry points ---------- */
