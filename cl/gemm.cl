@@ -98,6 +98,58 @@ void gemm_pack_block(__global float *p, __global const float *b, int trans_b, ui
   }
 }
 
+// The same into local memory (gemm_an_strips's panel, where it fits).
+void gemm_pack_block_local(__local float *p, __global const float *b, int trans_b, uint K, uint N, uint ldb,
+                           uint k0, uint n0) {
+  uint kn = min(16u, K - k0), nn = min((uint)GEMM_NR, N - n0);
+  if (!trans_b) {  // B (K, N): row k of op(B) is row k of B
+    for (uint k = 0; k < kn; k++) {
+      __global const float *row = b + (size_t)(k0 + k) * ldb + n0;
+      __local float *dst = p + k * GEMM_NR;
+      if (nn == GEMM_NR) {
+        for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, row), v, dst);
+      } else {  // whole vectors, then at most 15 floats, then zeros (few loop trips: see GEMM_ZERO_ROW)
+        uint v16 = nn / 16;
+        GEMM_ZERO_ROW(dst)
+        for (uint v = 0; v < v16; v++) vstore16(vload16(v, row), v, dst);
+        for (uint j = 16 * v16; j < nn; j++) dst[j] = row[j];
+      }
+    }
+  } else {  // B (N, K): column n of op(B) is row n of B
+    __global const float *col = b + (size_t)n0 * ldb + k0;
+    if (nn == GEMM_NR && kn == 16) {
+      // 4 x 4 blocks transposed in registers: each row of B is read as whole vectors (one cache
+      // line for 16 k), never gathered a float at a time, which with rows 4 KiB apart made every
+      // gathered float a fresh L1 miss (the rows share one cache set).
+      for (uint j = 0; j < GEMM_NR; j += 4) {
+        __global const float *r = col + (size_t)j * ldb;
+        for (uint kb = 0; kb < 16; kb += 4) {
+          float4 r0 = vload4(0, r + kb), r1 = vload4(0, r + ldb + kb), r2 = vload4(0, r + 2 * ldb + kb),
+                 r3 = vload4(0, r + 3 * ldb + kb);
+          float4 lo01 = shuffle2(r0, r1, (uint4)(0, 4, 1, 5)), hi01 = shuffle2(r0, r1, (uint4)(2, 6, 3, 7));
+          float4 lo23 = shuffle2(r2, r3, (uint4)(0, 4, 1, 5)), hi23 = shuffle2(r2, r3, (uint4)(2, 6, 3, 7));
+          __local float *d = p + kb * GEMM_NR + j;
+          vstore4(shuffle2(lo01, lo23, (uint4)(0, 1, 4, 5)), 0, d);
+          vstore4(shuffle2(lo01, lo23, (uint4)(2, 3, 6, 7)), 0, d + GEMM_NR);
+          vstore4(shuffle2(hi01, hi23, (uint4)(0, 1, 4, 5)), 0, d + 2 * GEMM_NR);
+          vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);
+        }
+      }
+    } else {  // zero the rows, then per column of op(B) (a row of B) 16 k at once, or the last kn < 16
+      for (uint k = 0; k < kn; k++) GEMM_ZERO_ROW(p + k * GEMM_NR)
+      for (uint j = 0; j < nn; j++) {
+        __global const float *r = col + (size_t)j * ldb;
+        if (kn == 16) {
+          float16 x = vload16(0, r);
+          GEMM_SCATTER16(p + j, x)
+        } else {
+          for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = r[k];
+        }
+      }
+    }
+  }
+}
+
 // P (batch, ceil(N/64), K, 64) = op(B) (batch, K, N), zero-padded, for gemm_at; one 16 x 64 block
 // per item. global: (ceil(K/16), ceil(N/64), batch)
 __kernel void gemm_pack_b(__global float *P, uint p_off, __global const float *B, uint b_off, int trans_b, uint K,
@@ -337,59 +389,74 @@ void gemm_act_rows(__global float *dst, __global const float *src, uint rows, ui
   }
 }
 
+// The tiles of a gemm_an_strips item against its panel of op(B) (PANEL_AS: the panel's address space).
+#define GEMM_AN_TILES(PANEL_AS, panel)                                                                             \
+  for (uint k0 = 0; k0 < k_all; k0 += kc) { /* K and beta below are the slice's */                              \
+    uint K = min(kc, k_all - k0);                                                                                \
+    float beta = k0 ? 1.0f : beta_all;                                                                           \
+    __global const float *a = a_all + k0;                                                                        \
+    for (uint tt = t0; tt < t1; tt++) {                                                                          \
+      uint m0 = GEMM_MR * tt, r0 = m0;                                                                           \
+      PANEL_AS const float *bp = (panel) + (size_t)k0 * b_ld;                                                    \
+      GEMM_REP(GEMM_ACC)                                                                                         \
+      GEMM_REP(GEMM_ROWPTR)                                                                                      \
+      GEMM_KLOOP                                                                                                 \
+      if ((epi & GEMM_EPI_BIAS) && k0 == 0) {                                                                    \
+        float bt_[GEMM_NR];                                                                                      \
+        gemm_bias_row(bt_, bias + bias_off + n0, nn);                                                            \
+        GEMM_REP(GEMM_ADD_BIAS)                                                                                  \
+      }                                                                                                          \
+      GEMM_EPILOGUE                                                                                              \
+      if ((epi & GEMM_EPI_ACT) && k0 + K == k_all) {                                                             \
+        gemm_dropout d = {drop_p, drop_scale, drop_seed, drop_step, drop_tensor, drop_group0};                   \
+        gemm_act_rows(act_out + act_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc,  \
+                      c + (size_t)m0 * ldc, min((uint)GEMM_MR, M - m0), ldc, nn, act, m0, n0, &d);               \
+      }                                                                                                          \
+    }                                                                                                            \
+  }
+
 // C (batch, M, N) = A (batch, M, K) op(B) by column strips: item w computes row tiles
 // part * mt / parts .. (part + 1) * mt / parts - 1 (part = w / panels) of column panel
 // p = w % panels one after another, so the panel stays in cache across them, and items next to
 // each other share a part's rows of A. op(B) is read in place when it is B with N a multiple of 64;
-// otherwise (B^T: every forward product) the item first packs its panel into its own region of S
-// (64 x K floats at ((bi * parts + part) * panels + p) * 64 * K). Measured against one item per
-// tile: forward products 12-14% faster (no gemm_pack_b launch, no per-tile work-group start), the
-// attention's q.k^T 1.6x, in-place products with K = 256 2-4%. With B in place the host runs a K
-// over 768 as slices of kc (see the top; measured against slices run as separate launches: 4-5%
-// faster at K = 1024 and 2048). global: (panels * parts, batch, outer batch), local (1, 1, 1)
+// otherwise (B^T: every forward product) the item first packs its panel: into its work-group's local
+// memory (lpanel, use_local) where 64 x K floats fit there, else into its own region of S (64 x K
+// floats at ((bi * parts + part) * panels + p) * 64 * K). On a CPU device local memory is a region
+// of each worker thread, used again by every work-group the thread runs: the packs stay in that
+// core's cache, where regions of S, one an item, spill out of it once there are more than it holds
+// (the attention's q.k^T with 256 packs of 64 x 64 ran at 109 GFLOP/s from S, against 175 for the
+// same product unpacked). Measured against one item per tile: forward products 12-14% faster (no
+// gemm_pack_b launch, no per-tile work-group start), the attention's q.k^T 1.6x, in-place products
+// with K = 256 2-4%. With B in place the host runs a K over 768 as slices of kc (see the top;
+// measured against slices run as separate launches: 4-5% faster at K = 1024 and 2048).
+// global: (panels * parts, batch, outer batch), local (1, 1, 1)
 __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint outer_a,
                              uint outer_b, uint outer_c, int trans_b, uint parts, float alpha, float beta, uint kc,
                              uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
                              int act, float drop_p, float drop_scale, uint drop_seed, uint drop_step, uint drop_tensor,
-                             uint drop_group0) {
+                             uint drop_group0, __local float *lpanel, int use_local) {
   GEMM_STRIP_ITEM
   __global const float *b = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b;
+  __global const float *a_all = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
+  uint k_all = K, b_ld = ldb;
+  float beta_all = beta;
+  if ((trans_b || N % GEMM_NR) && use_local) {
+    for (uint k0 = 0; k0 < K; k0 += 16)
+      gemm_pack_block_local(lpanel + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
+    b_ld = GEMM_NR;
+    GEMM_AN_TILES(__local, lpanel)
+    return;
+  }
   __global const float *panel = b + n0;
-  uint b_ld = ldb;
   if (trans_b || N % GEMM_NR) {
     __global float *own = S + ((ib * parts + part) * nt + p) * GEMM_NR * K;
     for (uint k0 = 0; k0 < K; k0 += 16) gemm_pack_block(own + (size_t)k0 * GEMM_NR, b, trans_b, K, N, ldb, k0, n0);
     panel = own;
     b_ld = GEMM_NR;
   }
-  __global const float *a_all = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
-  uint k_all = K;
-  float beta_all = beta;
-  for (uint k0 = 0; k0 < k_all; k0 += kc) {  // K and beta below are the slice's
-    uint K = min(kc, k_all - k0);
-    float beta = k0 ? 1.0f : beta_all;
-    __global const float *a = a_all + k0;
-    for (uint tt = t0; tt < t1; tt++) {
-      uint m0 = GEMM_MR * tt, r0 = m0;
-      __global const float *bp = panel + (size_t)k0 * b_ld;
-      GEMM_REP(GEMM_ACC)
-      GEMM_REP(GEMM_ROWPTR)
-      GEMM_KLOOP
-      if ((epi & GEMM_EPI_BIAS) && k0 == 0) {
-        float bt_[GEMM_NR];
-        gemm_bias_row(bt_, bias + bias_off + n0, nn);
-        GEMM_REP(GEMM_ADD_BIAS)
-      }
-      GEMM_EPILOGUE
-      if ((epi & GEMM_EPI_ACT) && k0 + K == k_all) {
-        gemm_dropout d = {drop_p, drop_scale, drop_seed, drop_step, drop_tensor, drop_group0};
-        gemm_act_rows(act_out + act_off + (size_t)bo * outer_c + (size_t)bi * stride_c + n0 + (size_t)m0 * ldc,
-                      c + (size_t)m0 * ldc, min((uint)GEMM_MR, M - m0), ldc, nn, act, m0, n0, &d);
-      }
-    }
-  }
+  GEMM_AN_TILES(__global, panel)
 }
 #undef GEMM_ASTEP
 #undef GEMM_A

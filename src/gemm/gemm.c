@@ -519,6 +519,11 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_mem(&L, flags & EPI_ACT ? epi->act_out : C);
   cf_arg_int(&L, epi ? (int)epi->act : 0);
   cf_arg_dropout(&L, epi ? epi->drop : (cf_dropout){0});
+  /* the packed panel in local memory where it fits in half of it (cl/gemm.cl says why) */
+  size_t panel_bytes = OWN_NR * K * sizeof(float);
+  int use_local = packed_b && panel_bytes <= ctx->info.local_mem / 2;
+  cf_arg_local(&L, use_local ? panel_bytes : sizeof(float));
+  cf_arg_int(&L, use_local);
   size_t global[3] = {panels * parts, batch, o->count}, local[3] = {1, 1, 1};
   return cf_launch_run(&L, 3, global, local);
 }

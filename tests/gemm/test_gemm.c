@@ -327,6 +327,8 @@ static void run_all(cf_context *ctx, cf_gemm_impl impl, test_rng *r) {
   /* batched with odd sizes (run_case pads rows and matrices by odd amounts) */
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 13, 33, 31, 3, 1.0f, t == 2 ? -1.0f : 0.0f);
   for (int t = 0; t < 4; t++) run_case(ctx, impl, r, t & 1, t >> 1, 64, 64, 64, 4, 0.125f, 0.0f);
+  /* op(B) packed where its 64 x K panel is too big for half of PoCL's 1 MiB of local memory: the global scratch */
+  run_case(ctx, impl, r, 0, 1, 7, 70, 2100, 2, 1.0f, 0.0f);
   /* small products in odd batches */
   run_case(ctx, impl, r, 0, 1, 9, 70, 33, 13, 1.0f, 0.5f);
   run_case(ctx, impl, r, 0, 0, 5, 64, 20, 37, -1.0f, 0.0f);
