@@ -47,108 +47,60 @@
 
 // Rows k0..k0+15 (fewer at K's end) of op(B)'s zero-padded panel starting at column n0, from b
 // (one matrix of B: (K, N), or (N, K) when trans_b), into p (row k0 of the panel, rows 64 apart).
-void gemm_pack_block(__global float *p, __global const float *b, int trans_b, uint K, uint N, uint ldb, uint k0,
-                     uint n0) {
-  uint kn = min(16u, K - k0), nn = min((uint)GEMM_NR, N - n0);
-  if (!trans_b) {  // B (K, N): row k of op(B) is row k of B
-    for (uint k = 0; k < kn; k++) {
-      __global const float *row = b + (size_t)(k0 + k) * ldb + n0;
-      __global float *dst = p + k * GEMM_NR;
-      if (nn == GEMM_NR) {
-        for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, row), v, dst);
-      } else {  // whole vectors, then at most 15 floats, then zeros (few loop trips: see GEMM_ZERO_ROW)
-        uint v16 = nn / 16;
-        GEMM_ZERO_ROW(dst)
-        for (uint v = 0; v < v16; v++) vstore16(vload16(v, row), v, dst);
-        for (uint j = 16 * v16; j < nn; j++) dst[j] = row[j];
-      }
-    }
-  } else {  // B (N, K): column n of op(B) is row n of B
-    __global const float *col = b + (size_t)n0 * ldb + k0;
-    if (nn == GEMM_NR && kn == 16) {
-      // 4 x 4 blocks transposed in registers: each row of B is read as whole vectors (one cache
-      // line for 16 k), never gathered a float at a time, which with rows 4 KiB apart made every
-      // gathered float a fresh L1 miss (the rows share one cache set).
-      for (uint j = 0; j < GEMM_NR; j += 4) {
-        __global const float *r = col + (size_t)j * ldb;
-        for (uint kb = 0; kb < 16; kb += 4) {
-          float4 r0 = vload4(0, r + kb), r1 = vload4(0, r + ldb + kb), r2 = vload4(0, r + 2 * ldb + kb),
-                 r3 = vload4(0, r + 3 * ldb + kb);
-          float4 lo01 = shuffle2(r0, r1, (uint4)(0, 4, 1, 5)), hi01 = shuffle2(r0, r1, (uint4)(2, 6, 3, 7));
-          float4 lo23 = shuffle2(r2, r3, (uint4)(0, 4, 1, 5)), hi23 = shuffle2(r2, r3, (uint4)(2, 6, 3, 7));
-          __global float *d = p + kb * GEMM_NR + j;
-          vstore4(shuffle2(lo01, lo23, (uint4)(0, 1, 4, 5)), 0, d);
-          vstore4(shuffle2(lo01, lo23, (uint4)(2, 3, 6, 7)), 0, d + GEMM_NR);
-          vstore4(shuffle2(hi01, hi23, (uint4)(0, 1, 4, 5)), 0, d + 2 * GEMM_NR);
-          vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);
-        }
-      }
-    } else {  // zero the rows, then per column of op(B) (a row of B) 16 k at once, or the last kn < 16
-      for (uint k = 0; k < kn; k++) GEMM_ZERO_ROW(p + k * GEMM_NR)
-      for (uint j = 0; j < nn; j++) {
-        __global const float *r = col + (size_t)j * ldb;
-        if (kn == 16) {
-          float16 x = vload16(0, r);
-          GEMM_SCATTER16(p + j, x)
-        } else {
-          for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = r[k];
-        }
-      }
-    }
-  }
+// One text for both destinations: the global scratch (gemm_pack_block) and a work-group's local memory
+// (gemm_pack_block_local, gemm_an_strips's panel where it fits).
+#define GEMM_PACK_BLOCK_FN(NAME, AS)                                                                                   \
+void NAME(AS float *p, __global const float *b, int trans_b, uint K, uint N, uint ldb, uint k0, uint n0) {             \
+  uint kn = min(16u, K - k0), nn = min((uint)GEMM_NR, N - n0);                                                         \
+  if (!trans_b) {  /* B (K, N): row k of op(B) is row k of B */                                                        \
+    for (uint k = 0; k < kn; k++) {                                                                                    \
+      __global const float *row = b + (size_t)(k0 + k) * ldb + n0;                                                     \
+      AS float *dst = p + k * GEMM_NR;                                                                                 \
+      if (nn == GEMM_NR) {                                                                                             \
+        for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, row), v, dst);                                     \
+      } else {  /* whole vectors, then at most 15 floats, then zeros (few loop trips: see GEMM_ZERO_ROW) */            \
+        uint v16 = nn / 16;                                                                                            \
+        GEMM_ZERO_ROW(dst)                                                                                             \
+        for (uint v = 0; v < v16; v++) vstore16(vload16(v, row), v, dst);                                              \
+        for (uint j = 16 * v16; j < nn; j++) dst[j] = row[j];                                                          \
+      }                                                                                                                \
+    }                                                                                                                  \
+  } else {  /* B (N, K): column n of op(B) is row n of B */                                                            \
+    __global const float *col = b + (size_t)n0 * ldb + k0;                                                             \
+    if (nn == GEMM_NR && kn == 16) {                                                                                   \
+      /* 4 x 4 blocks transposed in registers: each row of B is read as whole vectors (one cache */                    \
+      /* line for 16 k), never gathered a float at a time, which with rows 4 KiB apart made every */                   \
+      /* gathered float a fresh L1 miss (the rows share one cache set). */                                             \
+      for (uint j = 0; j < GEMM_NR; j += 4) {                                                                          \
+        __global const float *r = col + (size_t)j * ldb;                                                               \
+        for (uint kb = 0; kb < 16; kb += 4) {                                                                          \
+          float4 r0 = vload4(0, r + kb), r1 = vload4(0, r + ldb + kb), r2 = vload4(0, r + 2 * ldb + kb),               \
+                 r3 = vload4(0, r + 3 * ldb + kb);                                                                     \
+          float4 lo01 = shuffle2(r0, r1, (uint4)(0, 4, 1, 5)), hi01 = shuffle2(r0, r1, (uint4)(2, 6, 3, 7));           \
+          float4 lo23 = shuffle2(r2, r3, (uint4)(0, 4, 1, 5)), hi23 = shuffle2(r2, r3, (uint4)(2, 6, 3, 7));           \
+          AS float *d = p + kb * GEMM_NR + j;                                                                          \
+          vstore4(shuffle2(lo01, lo23, (uint4)(0, 1, 4, 5)), 0, d);                                                    \
+          vstore4(shuffle2(lo01, lo23, (uint4)(2, 3, 6, 7)), 0, d + GEMM_NR);                                          \
+          vstore4(shuffle2(hi01, hi23, (uint4)(0, 1, 4, 5)), 0, d + 2 * GEMM_NR);                                      \
+          vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);                                      \
+        }                                                                                                              \
+      }                                                                                                                \
+    } else {  /* zero the rows, then per column of op(B) (a row of B) 16 k at once, or the last kn < 16 */             \
+      for (uint k = 0; k < kn; k++) GEMM_ZERO_ROW(p + k * GEMM_NR)                                                     \
+      for (uint j = 0; j < nn; j++) {                                                                                  \
+        __global const float *r = col + (size_t)j * ldb;                                                               \
+        if (kn == 16) {                                                                                                \
+          float16 x = vload16(0, r);                                                                                   \
+          GEMM_SCATTER16(p + j, x)                                                                                     \
+        } else {                                                                                                       \
+          for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = r[k];                                                     \
+        }                                                                                                              \
+      }                                                                                                                \
+    }                                                                                                                  \
+  }                                                                                                                    \
 }
-
-// The same into local memory (gemm_an_strips's panel, where it fits).
-void gemm_pack_block_local(__local float *p, __global const float *b, int trans_b, uint K, uint N, uint ldb,
-                           uint k0, uint n0) {
-  uint kn = min(16u, K - k0), nn = min((uint)GEMM_NR, N - n0);
-  if (!trans_b) {  // B (K, N): row k of op(B) is row k of B
-    for (uint k = 0; k < kn; k++) {
-      __global const float *row = b + (size_t)(k0 + k) * ldb + n0;
-      __local float *dst = p + k * GEMM_NR;
-      if (nn == GEMM_NR) {
-        for (uint v = 0; v < GEMM_NR / 16; v++) vstore16(vload16(v, row), v, dst);
-      } else {  // whole vectors, then at most 15 floats, then zeros (few loop trips: see GEMM_ZERO_ROW)
-        uint v16 = nn / 16;
-        GEMM_ZERO_ROW(dst)
-        for (uint v = 0; v < v16; v++) vstore16(vload16(v, row), v, dst);
-        for (uint j = 16 * v16; j < nn; j++) dst[j] = row[j];
-      }
-    }
-  } else {  // B (N, K): column n of op(B) is row n of B
-    __global const float *col = b + (size_t)n0 * ldb + k0;
-    if (nn == GEMM_NR && kn == 16) {
-      // 4 x 4 blocks transposed in registers: each row of B is read as whole vectors (one cache
-      // line for 16 k), never gathered a float at a time, which with rows 4 KiB apart made every
-      // gathered float a fresh L1 miss (the rows share one cache set).
-      for (uint j = 0; j < GEMM_NR; j += 4) {
-        __global const float *r = col + (size_t)j * ldb;
-        for (uint kb = 0; kb < 16; kb += 4) {
-          float4 r0 = vload4(0, r + kb), r1 = vload4(0, r + ldb + kb), r2 = vload4(0, r + 2 * ldb + kb),
-                 r3 = vload4(0, r + 3 * ldb + kb);
-          float4 lo01 = shuffle2(r0, r1, (uint4)(0, 4, 1, 5)), hi01 = shuffle2(r0, r1, (uint4)(2, 6, 3, 7));
-          float4 lo23 = shuffle2(r2, r3, (uint4)(0, 4, 1, 5)), hi23 = shuffle2(r2, r3, (uint4)(2, 6, 3, 7));
-          __local float *d = p + kb * GEMM_NR + j;
-          vstore4(shuffle2(lo01, lo23, (uint4)(0, 1, 4, 5)), 0, d);
-          vstore4(shuffle2(lo01, lo23, (uint4)(2, 3, 6, 7)), 0, d + GEMM_NR);
-          vstore4(shuffle2(hi01, hi23, (uint4)(0, 1, 4, 5)), 0, d + 2 * GEMM_NR);
-          vstore4(shuffle2(hi01, hi23, (uint4)(2, 3, 6, 7)), 0, d + 3 * GEMM_NR);
-        }
-      }
-    } else {  // zero the rows, then per column of op(B) (a row of B) 16 k at once, or the last kn < 16
-      for (uint k = 0; k < kn; k++) GEMM_ZERO_ROW(p + k * GEMM_NR)
-      for (uint j = 0; j < nn; j++) {
-        __global const float *r = col + (size_t)j * ldb;
-        if (kn == 16) {
-          float16 x = vload16(0, r);
-          GEMM_SCATTER16(p + j, x)
-        } else {
-          for (uint k = 0; k < kn; k++) p[k * GEMM_NR + j] = r[k];
-        }
-      }
-    }
-  }
-}
+GEMM_PACK_BLOCK_FN(gemm_pack_block, __global)
+GEMM_PACK_BLOCK_FN(gemm_pack_block_local, __local)
 
 // P (batch, ceil(N/64), K, 64) = op(B) (batch, K, N), zero-padded, for gemm_at; one 16 x 64 block
 // per item. global: (ceil(K/16), ceil(N/64), batch)
