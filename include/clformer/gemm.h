@@ -66,7 +66,7 @@ typedef enum { CF_ACT_RELU, CF_ACT_GELU_TANH, CF_ACT_GELU_ERF } cf_activation;
 /* A forward linear layer in one pass where it can be: C (M, N) = A (M, K) B^T + bias (N, added to
  * every row; not when bias.buf is NULL), then act_out (M, N, row stride ldc) = dropout(act(C)) when
  * act_out.buf is set, the mask drop over the (M, ldc) output (element (r, c) flat element
- * r * ldc + c; p 0: none). The product runs on the implementation cf_gemm would pick for it; on ours
+ * r * ldc + c; p 0: none); act_out may be C itself. The product runs on the implementation cf_gemm would pick for it; on ours
  * the bias, activation and dropout are applied in its own stores and *fused is 1; on CLBlast only
  * C = A B^T is computed, *fused is 0, and the caller adds the rest (cf_bias_forward,
  * cf_bias_act_forward, cf_dropout_forward: the same values). */

@@ -32,7 +32,8 @@ cf_status cf_bias_forward(cf_context *ctx, cf_mem x /* (N, C) */, cf_mem bias /*
 cf_status cf_bias_backward(cf_context *ctx, cf_mem dbias /* (C) */, cf_mem dout /* (N, C) */, int N, int C);
 
 /* The FFN's first layer after its GEMM, in one pass: pre += bias (in place, kept for backward)
- * and out = act(pre). out must not alias pre. */
+ * and out = act(pre). out may be pre itself (each element is read and written by one item): pre
+ * then ends as act(pre + bias). */
 cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out /* (N, C) */, cf_mem pre /* (N, C) in/out */,
                               cf_mem bias /* (C) */, int N, int C, cf_activation act);
 /* dpre = (dout * the mask of d) * act'(pre) (overwritten; dpre may alias dout) and dbias += column

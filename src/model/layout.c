@@ -148,8 +148,10 @@ static void layout_layer(cf_model *m, const block_stack *s, layer_acts *a, size_
   int fused = m->mc.attention == CF_ATTENTION_FUSED;
   a->att = cf_arena_take(x, fused ? BNHT : BNHT * m->T);
   a->atty = cf_arena_take(x, N * C);
-  a->h = cf_arena_take(x, N * F);
+  /* the FFN's output act(h) in a; ReLU's derivative reads as well from its output (h > 0 exactly
+   * where act(h) > 0, or where dropout zeroed it, and the gradient is zero), so there h is a */
   a->a = cf_arena_take(x, N * F);
+  a->h = m->act == CF_ACT_RELU ? a->a : cf_arena_take(x, N * F);
   a->normx = a->meanx = a->rstdx = a->resx = a->xq = a->xkv = a->xlse = a->xatty = SIZE_MAX;
   if (!s->cross) return;
   a->normx = cf_arena_take(x, N * C);

@@ -169,9 +169,10 @@ static void check_nested(cf_context *ctx, test_rng *r) {
 /* The forward linear layer's epilogue (cf_gemm_nt_bias_act): y = x W^T + bias, act_out = act(y),
  * against the double reference, with y and act_out poisoned and their rows padded (the padding must
  * stay untouched). Ours applies both in its stores (fused 1); CLBlast computes the product alone
- * (fused 0), which the caller completes. */
+ * (fused 0), which the caller completes. in_place: act_out is C itself (the ReLU FFN keeps only
+ * act(y)), so C must end as act(y). */
 static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_t M, size_t N, size_t K, int with_bias,
-                          int with_act, cf_activation act, cf_dropout drop) {
+                          int with_act, cf_activation act, cf_dropout drop, int in_place) {
   size_t ldc = N + 3, nc = M * ldc;
   float *x = malloc(M * K * 4), *w = malloc(N * K * 4), *bias = malloc(N * 4), *pad = malloc(nc * 4);
   test_fill_uniform(r, x, M * K, -1, 1);
@@ -186,8 +187,8 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
   }
   int fused = -1;
   TEST_OK(cf_gemm_nt_bias_act_with(ctx, impl, M, N, K, cf_at(dx, 0), K, cf_at(dw, 0), K, cf_at(dy, 0), ldc,
-                                   with_bias ? cf_at(db, 0) : (cf_mem){0}, with_act ? cf_at(da, 0) : (cf_mem){0}, act,
-                                   drop, &fused));
+                                   with_bias ? cf_at(db, 0) : (cf_mem){0},
+                                   !with_act ? (cf_mem){0} : cf_at(in_place ? dy : da, 0), act, drop, &fused));
   int want_fused = impl == CF_GEMM_OWN;
   double *yref = malloc(nc * sizeof *yref), *aref = malloc(nc * sizeof *aref);
   for (size_t i = 0; i < nc; i++) yref[i] = aref[i] = pad[i];
@@ -200,9 +201,9 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
         aref[i * ldc + j] = ref_activation(*y, act) *
                             (cf_dropout_keep(drop, (uint32_t)(i * ldc + j)) ? cf_dropout_scale(drop) : 0.0);
     }
-  float *y = test_read(ctx, cf_at(dy, 0), nc), *a = test_read(ctx, cf_at(da, 0), nc);
+  float *y = test_read(ctx, cf_at(dy, 0), nc), *a = test_read(ctx, cf_at(in_place ? dy : da, 0), nc);
   int nf_y, nf_a = 0;
-  double err_y = rel_fro(y, yref, nc, &nf_y), err_a = 0;
+  double err_y = rel_fro(y, in_place && with_act && fused ? aref : yref, nc, &nf_y), err_a = 0;
   int untouched = 1;
   for (size_t i = 0; i < nc; i++) {
     int inside = i % ldc < N;
@@ -211,9 +212,10 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
   if (with_act && fused) err_a = rel_fro(a, aref, nc, &nf_a);
   ncases++;
   TEST_ASSERT(fused == want_fused && nf_y == 0 && nf_a == 0 && err_y < 1e-5 && err_a < 1e-5 && untouched,
-              "%s epilogue M=%zu N=%zu K=%zu bias %d %s %s dropout %g: fused %d (want %d), y error %.3g (%d "
+              "%s epilogue M=%zu N=%zu K=%zu bias %d %s %s dropout %g%s: fused %d (want %d), y error %.3g (%d "
               "non-finite), act error %.3g (%d non-finite), padding %s", cf_gemm_impl_name(impl), M, N, K, with_bias,
-              with_act ? "act" : "no act", cf_activation_name(act), (double)drop.p, fused, want_fused, err_y, nf_y,
+              with_act ? "act" : "no act", cf_activation_name(act), (double)drop.p, in_place ? " in place" : "",
+              fused, want_fused, err_y, nf_y,
               err_a, nf_a, untouched ? "intact" : "overwritten");
   free(x); free(w); free(bias); free(pad); free(yref); free(aref); free(y); free(a);
   cf_buffer_free(dx); cf_buffer_free(dw); cf_buffer_free(db); cf_buffer_free(dy); cf_buffer_free(da);
@@ -226,17 +228,20 @@ static void check_epilogue(cf_context *ctx, test_rng *r) {
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     for (int act = CF_ACT_RELU; act <= CF_ACT_GELU_ERF; act++) {
       cf_activation a = (cf_activation)act;
-      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, none);
-      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop);
+      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, none, 0);
+      epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop, 0);
       if (act == CF_ACT_RELU) {
-        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, a, none);
-        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, a, drop);
-        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, a, none, 0);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, a, drop, 0);
+        epilogue_case(ctx, CF_GEMM_OWN, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop, 1);
+        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop, 0);
+        epilogue_case(ctx, CF_GEMM_CLBLAST, r, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, a, drop, 1);
       }
     }
   /* aligned blocks of 64 (ldc a multiple of 64 with group0 a multiple of 16: one Philox call a row's panel) */
   cf_dropout aligned = {0.25f, 11u, 3u, 7u, 16u};
-  epilogue_case(ctx, CF_GEMM_OWN, r, 20, 128, 40, 1, 1, CF_ACT_RELU, aligned);
+  epilogue_case(ctx, CF_GEMM_OWN, r, 20, 128, 40, 1, 1, CF_ACT_RELU, aligned, 0);
+  epilogue_case(ctx, CF_GEMM_OWN, r, 20, 128, 40, 1, 1, CF_ACT_RELU, aligned, 1);
 }
 
 /* The same product twice through our kernels gives the same bits. */

@@ -202,6 +202,27 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
   test_check_same(what, ctx, d_dpre, two, NC);
   test_check_same(what, ctx, d_db, two_db, C);
   TEST_ASSERT(NC < 100 || (dropped > NC / 5 && dropped < NC / 2), "%s: the mask drops %zu of %zu", what, dropped, NC);
+
+  /* out = pre, as the ReLU FFN runs it (only its output kept): pre ends as the same act(pre + bias),
+   * and ReLU's backward read from that output, dropout applied to it or not, gives the same bits as
+   * from pre + bias */
+  test_upload(ctx, d_pre, pre, NC);
+  TEST_OK(cf_bias_act_forward(ctx, d_pre, d_pre, d_b, N, C, act));
+  snprintf(what, sizeof what, "bias_act_forward %s out = pre N=%d C=%d", name, N, C);
+  test_check_same(what, ctx, d_pre, out, NC);
+  if (act == CF_ACT_RELU) {
+    test_upload(ctx, d_db, db0, C);
+    TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, (cf_dropout){0}));
+    snprintf(what, sizeof what, "bias_act_backward relu from its output N=%d C=%d", N, C);
+    test_check_same(what, ctx, d_dpre, dpre, NC);
+    test_check_same(what, ctx, d_db, db, C);
+    TEST_OK(cf_dropout_forward(ctx, d_pre, NC, drop));
+    test_upload(ctx, d_db, db0, C);
+    TEST_OK(cf_bias_act_backward(ctx, d_dpre, d_db, d_dout, d_pre, N, C, act, drop));
+    snprintf(what, sizeof what, "bias_act_backward relu with dropout from its dropped output N=%d C=%d", N, C);
+    test_check_same(what, ctx, d_dpre, two, NC);
+    test_check_same(what, ctx, d_db, two_db, C);
+  }
   free(two);
   free(two_db);
 
