@@ -20,6 +20,9 @@
 // on the 2-core VM we measure on, a core-to-core round trip took 120-170 ns at some times and
 // 430-500 ns at others, and a product reading A^T packed by a separate kernel ran up to 1.4x
 // slower than on the same panels packed earlier. That is also why gemm_at_rows packs its own A^T.
+//
+// The same three kernels take a_zeros, the zeros op(A) is known to hold (a causal attention's
+// probabilities: GEMM_K_RANGE), and run each tile's k loop over the rest only.
 
 #define GEMM_MR 6
 #define GEMM_NR 64
@@ -219,12 +222,22 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
   int c_al = ((size_t)c & 63) == 0 && ldc % 16 == 0;                \
   GEMM_REP(GEMM_STORE)
 
-// The k loop over op(B)'s panel at bp, with GEMM_A(i) the value of op(A) at row i, column k.
-#define GEMM_KLOOP                                    \
-  for (uint k = 0; k < K; k++, bp += b_ld GEMM_ASTEP) { \
+// The k loop (n trips) over op(B)'s panel at bp, with GEMM_A(i) the value of op(A) at row i, column k.
+#define GEMM_KLOOP(n)                                 \
+  for (uint k = 0; k < (n); k++, bp += b_ld GEMM_ASTEP) { \
     float16 b0 = vload16(0, bp), b1 = vload16(1, bp), b2 = vload16(2, bp), b3 = vload16(3, bp); \
     GEMM_REP(GEMM_FMA)                                \
   }
+
+// The columns [lo, hi) of the slice [k0, k0 + K) that a tile of op(A)'s rows r0..r0+5 needs, leaving
+// out the zeros op(A) is known to hold (a_zeros, cf_gemm_a_zeros): 1, lower (op(A)[i][k] = 0 for
+// k > i: the attention's causal probabilities and their gradients), k < r0 + 6; 2, upper (k < i:
+// their transposes), k >= r0. The terms left out are exact zeros, so the sums keep their bits.
+#define GEMM_A_LOWER 1u
+#define GEMM_A_UPPER 2u
+#define GEMM_K_RANGE(r0)                                                              \
+  uint lo = a_zeros == GEMM_A_UPPER ? clamp((uint)(r0), k0, k0 + K) : k0;            \
+  uint hi = a_zeros == GEMM_A_LOWER ? clamp((uint)(r0) + GEMM_MR, k0, k0 + K) : k0 + K;
 
 // Tile t of the batch's matrix: groups of group_m row tiles, and within a group the row tiles
 // vary fastest, so a group of A's rows stays in cache while B's panels stream past.
@@ -346,13 +359,14 @@ void gemm_act_rows(__global float *dst, __global const float *src, uint rows, ui
   for (uint k0 = 0; k0 < k_all; k0 += kc) { /* K and beta below are the slice's */                              \
     uint K = min(kc, k_all - k0);                                                                                \
     float beta = k0 ? 1.0f : beta_all;                                                                           \
-    __global const float *a = a_all + k0;                                                                        \
     for (uint tt = t0; tt < t1; tt++) {                                                                          \
       uint m0 = GEMM_MR * tt, r0 = m0;                                                                           \
-      PANEL_AS const float *bp = (panel) + (size_t)k0 * b_ld;                                                    \
+      GEMM_K_RANGE(m0)                                                                                           \
+      PANEL_AS const float *bp = (panel) + (size_t)lo * b_ld;                                                    \
+      __global const float *a = a_all + lo;                                                                      \
       GEMM_REP(GEMM_ACC)                                                                                         \
       GEMM_REP(GEMM_ROWPTR)                                                                                      \
-      GEMM_KLOOP                                                                                                 \
+      GEMM_KLOOP(hi - lo)                                                                                        \
       if ((epi & GEMM_EPI_BIAS) && k0 == 0) {                                                                    \
         float bt_[GEMM_NR];                                                                                      \
         gemm_bias_row(bt_, bias + bias_off + n0, nn);                                                            \
@@ -386,7 +400,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint outer_a,
                              uint outer_b, uint outer_c, int trans_b, uint parts, float alpha, float beta, uint kc,
-                             uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
+                             uint a_zeros, uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
                              int act, float drop_p, float drop_scale, uint drop_seed, uint drop_step, uint drop_tensor,
                              uint drop_group0, __local float *lpanel, int use_local) {
   GEMM_STRIP_ITEM
@@ -425,7 +439,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
                              uint stride_a, uint stride_b, uint stride_c, uint outer_a, uint outer_b, uint outer_c,
-                             uint parts, float alpha, float beta, uint kc) {
+                             uint parts, float alpha, float beta, uint kc, uint a_zeros) {
   GEMM_STRIP_ITEM
   __global const float *panel = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b + n0;
   __global const float *a = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
@@ -436,11 +450,12 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
     float beta = k0 ? 1.0f : beta_all;
     for (uint tt = t0; tt < t1; tt++) {
       uint m0 = GEMM_MR * tt, r0 = min(m0, M - GEMM_MR);
-      __global const float *bp = panel + (size_t)k0 * b_ld, *ak = a + (size_t)k0 * lda + r0;
+      GEMM_K_RANGE(r0)
+      __global const float *bp = panel + (size_t)lo * b_ld, *ak = a + (size_t)lo * lda + r0;
       GEMM_REP(GEMM_ACC)
 #define GEMM_A(i) ak[i]
 #define GEMM_ASTEP , ak += lda
-      GEMM_KLOOP
+      GEMM_KLOOP(hi - lo)
 #undef GEMM_ASTEP
 #undef GEMM_A
       GEMM_EPILOGUE
@@ -462,7 +477,7 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
 __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *A, uint a_off,
                            __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                            uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, uint groups,
-                           float alpha, float beta, uint kc) {
+                           float alpha, float beta, uint kc, uint a_zeros) {
   uint w = get_global_id(0), bi = get_global_id(1);
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR, parts = (mt + per - 1) / per;
   uint part = w % parts, g = w / parts;
@@ -497,11 +512,12 @@ __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *
       float beta = k0 ? 1.0f : beta_all;
       for (uint tt = t0; tt < t1; tt++) {
         uint m0 = GEMM_MR * tt, r0 = m0;
-        __global const float *bp = panel + (size_t)k0 * b_ld, *ak = own + (tt - t0) * a_panel + (size_t)k0 * GEMM_MR;
+        GEMM_K_RANGE(m0)
+        __global const float *bp = panel + (size_t)lo * b_ld, *ak = own + (tt - t0) * a_panel + (size_t)lo * GEMM_MR;
         GEMM_REP(GEMM_ACC)
 #define GEMM_A(i) ak[i]
 #define GEMM_ASTEP , ak += GEMM_MR
-        GEMM_KLOOP
+        GEMM_KLOOP(hi - lo)
 #undef GEMM_ASTEP
 #undef GEMM_A
         GEMM_EPILOGUE
@@ -522,7 +538,7 @@ __kernel void gemm_at(GEMM_ARGS) {
   __global const float *ak = a + (lda == GEMM_MR ? (size_t)m0 * K : r0);
 #define GEMM_A(i) ak[i]
 #define GEMM_ASTEP , ak += lda
-  GEMM_KLOOP
+  GEMM_KLOOP(K)
 #undef GEMM_ASTEP
 #undef GEMM_A
   GEMM_EPILOGUE

@@ -167,8 +167,9 @@ static cf_status run_once(void *arg) {
     return CF_OK;
   }
   cf_gemm_impl use = c->impl == IMPL_OWN ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
-  return cf_gemm_batched_with(c->ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
-                              cf_at(o->B, 0), o->ldb, o->nb, s->beta, cf_at(o->C, 0), o->ldc, o->nc, s->batch);
+  return cf_gemm_batched_nested_with(c->ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
+                                     0, cf_at(o->B, 0), o->ldb, o->nb, 0, s->beta, cf_at(o->C, 0), o->ldc, o->nc, 0,
+                                     s->batch, 1, s->a_zeros);
 }
 
 /* Seconds per call over a run of `calls` calls, after untimed calls of the same implementation for
@@ -207,7 +208,7 @@ static cf_status calls_per_sample(gemm_call *c, const int *impls, int n, int *ca
  * GFLOP/s: v[j * repeat + r] is impls[j]'s sample r. */
 static cf_status interleaved_samples(gemm_call *c, const int *impls, int n, int repeat, int calls, double *v) {
   const gemm_shape *s = c->s;
-  double flops = 2.0 * s->M * s->N * s->K * s->batch;
+  double flops = cf_gemm_shape_flops(s);
   for (int r = 0; r < repeat; r++)
     for (int i = 0; i < n; i++) {
       int j = (i + r) % n;
@@ -466,7 +467,7 @@ static void add_shape(gemm_bench *b, int si, double flops, const cf_bench_stats 
 /* Times shape si with every implementation, then adds it to the run, the table and the JSON. */
 static cf_status bench_shape(gemm_bench *b, int si) {
   const gemm_shape *s = &b->sh[si];
-  double flops = 2.0 * s->M * s->N * s->K * s->batch;
+  double flops = cf_gemm_shape_flops(s);
   int impls[NIMPL] = {IMPL_CLBLAST, IMPL_OWN, IMPL_BLAS};
   cf_bench_stats stats[NIMPL];
   CF_TRY(time_shape(b->ctx, s, &b->bl, impls, b->nimpl, b->repeat, stats));

@@ -242,11 +242,13 @@ unsigned long long cf_gemm_tune_fingerprint(cf_context *ctx) {
 /* ---------- CLBlast ---------- */
 
 /* The outer level of a nested batch (cf_gemm_batched_nested): `count` groups of the inner batch,
- * group o's matrices starting o * a, o * b, o * c elements after group 0's. */
+ * group o's matrices starting o * a, o * b, o * c elements after group 0's; and the zeros every
+ * op(A) of the batch holds (cf_gemm_a_zeros), which the strip kernels skip. */
 typedef struct gemm_outer {
   size_t count, a, b, c;
+  cf_gemm_a_zeros a_zeros;
 } gemm_outer;
-static const gemm_outer one_group = {1, 0, 0, 0};
+static const gemm_outer one_group = {1, 0, 0, 0, CF_GEMM_A_FULL};
 
 
 static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out);
@@ -513,6 +515,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
+  cf_arg_uint(&L, (unsigned)o->a_zeros);
   unsigned flags = epi ? (epi->bias.buf ? EPI_BIAS : 0) | (epi->act_out.buf ? EPI_ACT : 0) : 0;
   cf_arg_uint(&L, flags);
   cf_arg_mem(&L, flags & EPI_BIAS ? epi->bias : C);       /* unread without the flag */
@@ -574,6 +577,7 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
+  cf_arg_uint(&L, (unsigned)o->a_zeros);
   return cf_launch_run(&L, a_inplace ? 3 : 2, global, local);  /* gemm_at_rows: one group (own_gemm) */
 }
 
@@ -644,10 +648,11 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
   int strips = K > 0 && (!trans_a || (a_inplace && !packed_b));
   if (o->count > 1 && !strips) {
+    gemm_outer group = {1, 0, 0, 0, o->a_zeros};
     for (size_t g = 0; g < o->count; g++)
       CF_TRY(own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
                       cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch,
-                      &one_group, epi));
+                      &group, epi));
     return CF_OK;
   }
   if (!own_fits(trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch) ||
@@ -784,8 +789,11 @@ cf_status cf_gemm_batched(cf_context *ctx, int trans_a, int trans_b, size_t M, s
 cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
                                       size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, size_t outer_a,
                                       cf_mem B, size_t ldb, size_t stride_b, size_t outer_b, float beta, cf_mem C,
-                                      size_t ldc, size_t stride_c, size_t outer_c, size_t inner, size_t outer) {
-  gemm_outer o = {outer, outer_a, outer_b, outer_c};
+                                      size_t ldc, size_t stride_c, size_t outer_c, size_t inner, size_t outer,
+                                      cf_gemm_a_zeros a_zeros) {
+  if ((unsigned)a_zeros > CF_GEMM_A_UPPER)
+    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM: unknown zeros of op(A) %d", (int)a_zeros);
+  gemm_outer o = {outer, outer_a, outer_b, outer_c, a_zeros};
   return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                   stride_c, inner, &o);
 }
@@ -793,7 +801,17 @@ cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int tr
 cf_status cf_gemm_batched_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                                  cf_mem A, size_t lda, size_t stride_a, size_t outer_a, cf_mem B, size_t ldb,
                                  size_t stride_b, size_t outer_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
-                                 size_t outer_c, size_t inner, size_t outer) {
+                                 size_t outer_c, size_t inner, size_t outer, cf_gemm_a_zeros a_zeros) {
   return cf_gemm_batched_nested_with(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, outer_a, B,
-                                     ldb, stride_b, outer_b, beta, C, ldc, stride_c, outer_c, inner, outer);
+                                     ldb, stride_b, outer_b, beta, C, ldc, stride_c, outer_c, inner, outer, a_zeros);
+}
+
+double cf_gemm_shape_flops(const cf_gemm_shape *s) {
+  double terms = (double)s->M * (double)s->K;  /* multiply-adds for one column of C */
+  if (s->a_zeros != CF_GEMM_A_FULL) {
+    terms = 0;
+    for (size_t i = 0; i < s->M; i++)  /* row i: k <= i (lower) or k >= i (upper) */
+      terms += (double)(s->a_zeros == CF_GEMM_A_LOWER ? (i + 1 < s->K ? i + 1 : s->K) : (i < s->K ? s->K - i : 0));
+  }
+  return 2.0 * terms * (double)s->N * (double)s->batch;
 }

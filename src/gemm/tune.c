@@ -62,8 +62,9 @@ static cf_status time_impl(cf_context *ctx, int mode, size_t s_direct, const cf_
   CF_TRY(cf_context_finish(ctx));
   double t0 = cf_now();
   for (int i = 0; i < calls; i++)
-    CF_TRY(cf_gemm_batched_with(ctx, impl, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(A, 0), lda, s->M * s->K,
-                                cf_at(B, 0), ldb, s->K * s->N, s->beta, cf_at(C, 0), s->N, s->M * s->N, s->batch));
+    CF_TRY(cf_gemm_batched_nested_with(ctx, impl, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(A, 0), lda,
+                                       s->M * s->K, 0, cf_at(B, 0), ldb, s->K * s->N, 0, s->beta, cf_at(C, 0), s->N,
+                                       s->M * s->N, 0, s->batch, 1, s->a_zeros));
   CF_TRY(cf_context_finish(ctx));
   *sec = (cf_now() - t0) / calls;
   return CF_OK;
@@ -150,7 +151,7 @@ static int distinct_shapes(const cf_gemm_shape *all, int nall, cf_gemm_shape *sh
   return nsh;
 }
 
-static double gflop(const cf_gemm_shape *s) { return 2.0 * (double)mnk(s) * s->batch * 1e-9; }
+static double gflop(const cf_gemm_shape *s) { return cf_gemm_shape_flops(s) * 1e-9; }
 
 /* Step 2: time the shapes in turn (all tuned parameters applied) until the budget is spent, a table
  * row each; *measured: how many, from the first. */

@@ -1,5 +1,5 @@
 /* The matrix products of one training step, the one list `bench gemm`, `bench step` and `tune` use,
- * and their FLOP count. Must match what model.c issues: forward, the data and weight gradients of
+ * and their FLOP count (the causal attention's zeros left out: cf_gemm_shape_flops). Must match what model.c issues: forward, the data and weight gradients of
  * every linear layer, and with materialised attention its six batched products per layer. */
 #include <stdio.h>
 #include "clformer/model.h"
@@ -21,9 +21,9 @@ int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
   int n = 0;
   for (int i = 0; i < (seq2seq ? 8 : 5); i++) {
     int per_step = lin[i].per_step;
-    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step};
-    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step};
-    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step};
+    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step, CF_GEMM_A_FULL};
+    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step, CF_GEMM_A_FULL};
+    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step, CF_GEMM_A_FULL};
     snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
     snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
     snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
@@ -31,12 +31,13 @@ int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
     sh[n++] = dw;
     sh[n++] = dx;
   }
-  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers},
-                      {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers},
-                      {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers},
-                      {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers}};
+  /* the causal probabilities and their gradients are lower triangles, their transposes upper */
+  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_A_FULL},
+                         {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_LOWER},
+                         {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_UPPER},
+                         {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_A_FULL},
+                         {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_LOWER},
+                         {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_UPPER}};
   if (cfg->model.attention == CF_ATTENTION_MATERIALIZED)  /* fused attention runs no GEMM */
     for (size_t i = 0; i < sizeof att / sizeof *att; i++) sh[n++] = att[i];
   return n;
@@ -46,7 +47,7 @@ double cf_model_gemm_flops(const cf_config *cfg) {
   cf_gemm_shape sh[CF_GEMM_MAX_SHAPES];
   double flops = 0;
   for (int i = 0, n = cf_model_gemm_shapes(cfg, sh); i < n; i++)
-    flops += 2.0 * (double)sh[i].M * (double)sh[i].N * (double)sh[i].K * (double)sh[i].batch * sh[i].per_step;
+    flops += cf_gemm_shape_flops(&sh[i]) * sh[i].per_step;
   return flops;
 }
 
