@@ -21,8 +21,8 @@
 // 430-500 ns at others, and a product reading A^T packed by a separate kernel ran up to 1.4x
 // slower than on the same panels packed earlier. That is also why gemm_at_rows packs its own A^T.
 //
-// The same three kernels take a_zeros, the zeros op(A) is known to hold (a causal attention's
-// probabilities: GEMM_K_RANGE), and run each tile's k loop over the rest only.
+// The same three kernels take tri, a triangle of a causal attention's products to skip
+// (GEMM_K_RANGE), and run each tile's k loop over the rest only.
 
 #define GEMM_MR 6
 #define GEMM_NR 64
@@ -229,15 +229,19 @@ __kernel void gemm_pack_at(__global float *P, uint p_off, __global const float *
     GEMM_REP(GEMM_FMA)                                \
   }
 
-// The columns [lo, hi) of the slice [k0, k0 + K) that a tile of op(A)'s rows r0..r0+5 needs, leaving
-// out the zeros op(A) is known to hold (a_zeros, cf_gemm_a_zeros): 1, lower (op(A)[i][k] = 0 for
-// k > i: the attention's causal probabilities and their gradients), k < r0 + 6; 2, upper (k < i:
-// their transposes), k >= r0. The terms left out are exact zeros, so the sums keep their bits.
+// The columns [lo, hi) of the slice [k0, k0 + K) that a tile of op(A)'s rows r0..r0+5 and C's
+// columns n0..n0+63 needs, leaving out what tri (cf_gemm_tri) says: 1, op(A) lower (op(A)[i][k] = 0
+// for k > i: the attention's causal probabilities and their gradients), k < r0 + 6; 2, upper
+// (k < i: their transposes), k >= r0; 3, only C's lower triangle wanted (the scores), none for a
+// tile wholly above it (its stores then write beta C). The terms left out are exact zeros, or
+// unwanted, so the wanted sums keep their bits.
 #define GEMM_A_LOWER 1u
 #define GEMM_A_UPPER 2u
-#define GEMM_K_RANGE(r0)                                                              \
-  uint lo = a_zeros == GEMM_A_UPPER ? clamp((uint)(r0), k0, k0 + K) : k0;            \
-  uint hi = a_zeros == GEMM_A_LOWER ? clamp((uint)(r0) + GEMM_MR, k0, k0 + K) : k0 + K;
+#define GEMM_C_LOWER 3u
+#define GEMM_K_RANGE(r0)                                                                         \
+  uint lo = tri == GEMM_A_UPPER ? clamp((uint)(r0), k0, k0 + K) : k0;                           \
+  uint hi = tri == GEMM_A_LOWER ? clamp((uint)(r0) + GEMM_MR, k0, k0 + K)                       \
+          : tri == GEMM_C_LOWER && n0 >= (uint)(r0) + GEMM_MR ? lo : k0 + K;
 
 // Tile t of the batch's matrix: groups of group_m row tiles, and within a group the row tiles
 // vary fastest, so a group of A's rows stays in cache while B's panels stream past.
@@ -400,7 +404,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
                              __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                              uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint outer_a,
                              uint outer_b, uint outer_c, int trans_b, uint parts, float alpha, float beta, uint kc,
-                             uint a_zeros, uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
+                             uint tri, uint epi, __global const float *bias, uint bias_off, __global float *act_out, uint act_off,
                              int act, float drop_p, float drop_scale, uint drop_seed, uint drop_step, uint drop_tensor,
                              uint drop_group0, __local float *lpanel, int use_local) {
   GEMM_STRIP_ITEM
@@ -439,7 +443,7 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
                              uint stride_a, uint stride_b, uint stride_c, uint outer_a, uint outer_b, uint outer_c,
-                             uint parts, float alpha, float beta, uint kc, uint a_zeros) {
+                             uint parts, float alpha, float beta, uint kc, uint tri) {
   GEMM_STRIP_ITEM
   __global const float *panel = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b + n0;
   __global const float *a = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
@@ -477,7 +481,7 @@ __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float
 __kernel void gemm_at_rows(__global float *C, uint c_off, __global const float *A, uint a_off,
                            __global const float *B, uint b_off, __global float *S, uint M, uint N, uint K, uint lda,
                            uint ldb, uint ldc, uint stride_a, uint stride_b, uint stride_c, uint per, uint groups,
-                           float alpha, float beta, uint kc, uint a_zeros) {
+                           float alpha, float beta, uint kc, uint tri) {
   uint w = get_global_id(0), bi = get_global_id(1);
   uint mt = (M + GEMM_MR - 1) / GEMM_MR, nt = (N + GEMM_NR - 1) / GEMM_NR, parts = (mt + per - 1) / per;
   uint part = w % parts, g = w / parts;

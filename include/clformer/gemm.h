@@ -45,30 +45,34 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
                                cf_mem B, size_t ldb, size_t stride_b,
                                float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
 
-/* Zeros op(A) is known to hold, as a causal attention's probabilities and their gradients do
- * (lower) and their transposes (upper). Our strip kernels skip those terms a tile of rows at a time
- * (exact zeros change no sum); they still read the few next to the diagonal, and CLBlast and our
- * other kernels compute them all, so they must be zeros. */
-typedef enum cf_gemm_a_zeros {
-  CF_GEMM_A_FULL = 0,
+/* The triangles of a causal attention's products, which our strip kernels skip a tile of rows at a
+ * time: zeros op(A) is known to hold (the probabilities and their gradients: lower; their
+ * transposes: upper; exact zeros change no sum, but the kernels still read the few next to the
+ * diagonal, and CLBlast and our other kernels compute them all, so they must be zeros), or the part
+ * of C no one reads (the scores and their gradients: only j <= i is wanted; above it C gets the
+ * product or, in skipped tiles, beta C). */
+typedef enum cf_gemm_tri {
+  CF_GEMM_FULL = 0,
   CF_GEMM_A_LOWER,  /* op(A)[i][k] = 0 for k > i */
   CF_GEMM_A_UPPER,  /* op(A)[i][k] = 0 for k < i */
-} cf_gemm_a_zeros;
+  CF_GEMM_C_LOWER,  /* C[i][j] wanted for j <= i only */
+} cf_gemm_tri;
+const char *cf_gemm_tri_name(cf_gemm_tri tri);  /* "full", "a_lower", "a_upper", "c_lower" */
 
 /* A nested batch of outer x inner products: matrix (o, i) starts o * outer_* + i * stride_* elements
  * in, so the heads of (B, T, NH * HS) tensors are read and written in place (outer B sequences, a
- * row stride of the tensor's width, inner NH heads HS apart), op(A) holding the zeros a_zeros says.
+ * row stride of the tensor's width, inner NH heads HS apart), with the triangle tri skipped.
  * One launch on our kernels where they read op(A) and op(B) as they lie (else a group of `inner` at
  * a time), one call of CLBlast's batched GEMM with the offsets listed on CLBlast. */
 cf_status cf_gemm_batched_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                                  cf_mem A, size_t lda, size_t stride_a, size_t outer_a, cf_mem B, size_t ldb,
                                  size_t stride_b, size_t outer_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
-                                 size_t outer_c, size_t inner, size_t outer, cf_gemm_a_zeros a_zeros);
+                                 size_t outer_c, size_t inner, size_t outer, cf_gemm_tri tri);
 cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N,
                                       size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, size_t outer_a,
                                       cf_mem B, size_t ldb, size_t stride_b, size_t outer_b, float beta, cf_mem C,
                                       size_t ldc, size_t stride_c, size_t outer_c, size_t inner, size_t outer,
-                                      cf_gemm_a_zeros a_zeros);
+                                      cf_gemm_tri tri);
 
 /* The activations (cl/activation.clh's order): the ops apply them, and so does this layer's fused
  * epilogue below. */
@@ -133,19 +137,19 @@ cf_gemm_calib_stats cf_gemm_calib_stats_of(const cf_context *ctx);
 /* The verdicts this context knows, "NT single small own (0.01 vs 0.03 ms), ..." into buf; 0: none. */
 int cf_gemm_calib_summary(const cf_context *ctx, char *buf, size_t n);
 
-/* One GEMM shape: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times, op(A) holding the
- * zeros a_zeros says; per_step calls of it in one training step. */
+/* One GEMM shape: C (M, N) = op(A) op(B) (+ C when beta is 1), `batch` times, the triangle tri
+ * skipped; per_step calls of it in one training step. */
 typedef struct cf_gemm_shape {
   char name[24];
   int ta, tb;
   size_t M, N, K, batch;
   float beta;
   int per_step;
-  cf_gemm_a_zeros a_zeros;
+  cf_gemm_tri tri;
 } cf_gemm_shape;
 #define CF_GEMM_MAX_SHAPES 32
-/* Its floating-point operations, one call: 2 per multiply-add of op(A)'s entries that are not
- * known zeros (the work left whatever skips them; CLBlast does more where a_zeros is set). */
+/* Its floating-point operations, one call: 2 per multiply-add that tri leaves (the work left
+ * whatever skips the rest; CLBlast does more where tri is set). */
 double cf_gemm_shape_flops(const cf_gemm_shape *s);
 
 /* `clformer tune` (src/gemm/tune.c): CLBlast's tuners (its GEMM kernels and the helper kernels

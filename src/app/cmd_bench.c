@@ -19,7 +19,8 @@
  *                           "pct_copy", "gflops"}]}
  *   gemm                   (gemm, all) {"device", "peak_gflops", "openblas": {"core", "threads"} | null,
  *                           "clblast_tuning": {"applied", "file"} | null, "repeat", "shapes": [{"name", "op", "M", "N",
- *                           "K", "batch", "flops", "per_step" (calls in one training step),
+ *                           "K", "batch", "tri" (the causal triangle skipped, cf_gemm_tri_name), "flops"
+ *                           (cf_gemm_shape_flops), "per_step" (calls in one training step),
  *                           "clblast"|"own"|"openblas"|"clblast_default": {"median", "min", "max"} GFLOP/s | null
  *                           ("clblast" as tuned when clblast_tuning is set; "clblast_default": CLBlast's own
  *                           parameters, timed before the tuned ones were applied; null unless CLBlast took tuned
@@ -40,8 +41,9 @@
  *     warmup, steps        untimed steps, then timed steps
  *     step_ms              {"median", "min", "max"} wall clock per step (enqueue to clFinish)
  *     tokens_per_s         batch_size * seq_len / median step
- *     flops_per_step       matrix-product FLOPs (cf_model_gemm_flops): 6 N P + 12 L B T^2 C, P = L (4 C^2 +
- *                           2 C F) + V C (fused attention: no 12 L B T^2 C); an encoder-decoder 6 N P with
+ *     flops_per_step       matrix-product FLOPs (cf_model_gemm_flops): 6 N P + 6 L B T (T + 1) C (the
+ *                           attention's causal triangles), P = L (4 C^2 + 2 C F) + V C (fused attention: no
+ *                           6 L B T (T + 1) C); an encoder-decoder 6 N P with
  *                           P = (L + encoder layers)(4 C^2 + 2 C F) + V C + 4 L C^2 (cross-attention)
  *     gflops               flops_per_step / median step
  *     peak_device_bytes    the most device memory clformer's buffers held around the steps

@@ -169,7 +169,7 @@ static cf_status run_once(void *arg) {
   cf_gemm_impl use = c->impl == IMPL_OWN ? CF_GEMM_OWN : CF_GEMM_CLBLAST;
   return cf_gemm_batched_nested_with(c->ctx, use, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(o->A, 0), o->lda, o->na,
                                      0, cf_at(o->B, 0), o->ldb, o->nb, 0, s->beta, cf_at(o->C, 0), o->ldc, o->nc, 0,
-                                     s->batch, 1, s->a_zeros);
+                                     s->batch, 1, s->tri);
 }
 
 /* Seconds per call over a run of `calls` calls, after untimed calls of the same implementation for
@@ -331,9 +331,9 @@ static json_t *gemm_json(const gemm_bench *b, const char *tuning, const char *tp
 static json_t *shape_json(const gemm_bench *b, int si, double flops, const cf_bench_stats *stats) {
   const gemm_shape *s = &b->sh[si];
   char op[3] = {s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', 0};
-  return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "name", s->name, "op",
-                   op, "M", (json_int_t)s->M, "N", (json_int_t)s->N, "K", (json_int_t)s->K, "batch",
-                   (json_int_t)s->batch, "flops", (json_int_t)llround(flops), "per_step", s->per_step, impl_names[0],
+  return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "name", s->name,
+                   "op", op, "M", (json_int_t)s->M, "N", (json_int_t)s->N, "K", (json_int_t)s->K, "batch",
+                   (json_int_t)s->batch, "tri", cf_gemm_tri_name(s->tri), "flops", (json_int_t)llround(flops), "per_step", s->per_step, impl_names[0],
                    stats_json(&stats[0], b->nimpl > 0), impl_names[1], stats_json(&stats[1], b->nimpl > 1),
                    impl_names[2], stats_json(&stats[2], b->nimpl > 2), "clblast_default",
                    stats_json(&b->dstats[si], b->dflt), "own_vs_clblast", cf_json_num(b->ratio_clb[si], "%.4f"),

@@ -14,6 +14,16 @@
 
 /* ---------- choosing ---------- */
 
+const char *cf_gemm_tri_name(cf_gemm_tri tri) {
+  switch (tri) {
+    case CF_GEMM_FULL: return "full";
+    case CF_GEMM_A_LOWER: return "a_lower";
+    case CF_GEMM_A_UPPER: return "a_upper";
+    case CF_GEMM_C_LOWER: return "c_lower";
+  }
+  return "?";
+}
+
 const char *cf_gemm_impl_name(cf_gemm_impl impl) {
   switch (impl) {
     case CF_GEMM_AUTO: return "auto";
@@ -242,13 +252,13 @@ unsigned long long cf_gemm_tune_fingerprint(cf_context *ctx) {
 /* ---------- CLBlast ---------- */
 
 /* The outer level of a nested batch (cf_gemm_batched_nested): `count` groups of the inner batch,
- * group o's matrices starting o * a, o * b, o * c elements after group 0's; and the zeros every
- * op(A) of the batch holds (cf_gemm_a_zeros), which the strip kernels skip. */
+ * group o's matrices starting o * a, o * b, o * c elements after group 0's; and the triangle
+ * (cf_gemm_tri) the strip kernels skip in every product of the batch. */
 typedef struct gemm_outer {
   size_t count, a, b, c;
-  cf_gemm_a_zeros a_zeros;
+  cf_gemm_tri tri;
 } gemm_outer;
-static const gemm_outer one_group = {1, 0, 0, 0, CF_GEMM_A_FULL};
+static const gemm_outer one_group = {1, 0, 0, 0, CF_GEMM_FULL};
 
 
 static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out);
@@ -515,7 +525,7 @@ static cf_status own_gemm_an_strips(cf_context *ctx, int trans_b, size_t M, size
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
-  cf_arg_uint(&L, (unsigned)o->a_zeros);
+  cf_arg_uint(&L, (unsigned)o->tri);
   unsigned flags = epi ? (epi->bias.buf ? EPI_BIAS : 0) | (epi->act_out.buf ? EPI_ACT : 0) : 0;
   cf_arg_uint(&L, flags);
   cf_arg_mem(&L, flags & EPI_BIAS ? epi->bias : C);       /* unread without the flag */
@@ -577,7 +587,7 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   cf_arg_float(&L, alpha);
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
-  cf_arg_uint(&L, (unsigned)o->a_zeros);
+  cf_arg_uint(&L, (unsigned)o->tri);
   return cf_launch_run(&L, a_inplace ? 3 : 2, global, local);  /* gemm_at_rows: one group (own_gemm) */
 }
 
@@ -648,7 +658,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
   int a_inplace = trans_a && M >= OWN_MR && lda % 1024 != 0;
   int strips = K > 0 && (!trans_a || (a_inplace && !packed_b));
   if (o->count > 1 && !strips) {
-    gemm_outer group = {1, 0, 0, 0, o->a_zeros};
+    gemm_outer group = {1, 0, 0, 0, o->tri};
     for (size_t g = 0; g < o->count; g++)
       CF_TRY(own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, cf_shift(A, g * o->a), lda, stride_a,
                       cf_shift(B, g * o->b), ldb, stride_b, beta, cf_shift(C, g * o->c), ldc, stride_c, batch,
@@ -790,10 +800,9 @@ cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int tr
                                       size_t K, float alpha, cf_mem A, size_t lda, size_t stride_a, size_t outer_a,
                                       cf_mem B, size_t ldb, size_t stride_b, size_t outer_b, float beta, cf_mem C,
                                       size_t ldc, size_t stride_c, size_t outer_c, size_t inner, size_t outer,
-                                      cf_gemm_a_zeros a_zeros) {
-  if ((unsigned)a_zeros > CF_GEMM_A_UPPER)
-    return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM: unknown zeros of op(A) %d", (int)a_zeros);
-  gemm_outer o = {outer, outer_a, outer_b, outer_c, a_zeros};
+                                      cf_gemm_tri tri) {
+  if ((unsigned)tri > CF_GEMM_C_LOWER) return CF_FAIL(CF_ERR_INVALID_ARG, "GEMM: unknown triangle %d", (int)tri);
+  gemm_outer o = {outer, outer_a, outer_b, outer_c, tri};
   return gemm_any(ctx, impl, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                   stride_c, inner, &o);
 }
@@ -801,17 +810,20 @@ cf_status cf_gemm_batched_nested_with(cf_context *ctx, cf_gemm_impl impl, int tr
 cf_status cf_gemm_batched_nested(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                                  cf_mem A, size_t lda, size_t stride_a, size_t outer_a, cf_mem B, size_t ldb,
                                  size_t stride_b, size_t outer_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
-                                 size_t outer_c, size_t inner, size_t outer, cf_gemm_a_zeros a_zeros) {
+                                 size_t outer_c, size_t inner, size_t outer, cf_gemm_tri tri) {
   return cf_gemm_batched_nested_with(ctx, CF_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, outer_a, B,
-                                     ldb, stride_b, outer_b, beta, C, ldc, stride_c, outer_c, inner, outer, a_zeros);
+                                     ldb, stride_b, outer_b, beta, C, ldc, stride_c, outer_c, inner, outer, tri);
 }
 
+/* Of 0 .. n-1, how many are <= i, and how many >= i. */
+static size_t upto(size_t i, size_t n) { return i + 1 < n ? i + 1 : n; }
+static size_t from(size_t i, size_t n) { return i < n ? n - i : 0; }
+
 double cf_gemm_shape_flops(const cf_gemm_shape *s) {
-  double terms = (double)s->M * (double)s->K;  /* multiply-adds for one column of C */
-  if (s->a_zeros != CF_GEMM_A_FULL) {
-    terms = 0;
-    for (size_t i = 0; i < s->M; i++)  /* row i: k <= i (lower) or k >= i (upper) */
-      terms += (double)(s->a_zeros == CF_GEMM_A_LOWER ? (i + 1 < s->K ? i + 1 : s->K) : (i < s->K ? s->K - i : 0));
+  double terms = 0;  /* multiply-adds */
+  for (size_t i = 0; i < s->M; i++) {  /* row i of C */
+    size_t k = s->tri == CF_GEMM_A_LOWER ? upto(i, s->K) : s->tri == CF_GEMM_A_UPPER ? from(i, s->K) : s->K;
+    terms += (double)k * (double)(s->tri == CF_GEMM_C_LOWER ? upto(i, s->N) : s->N);
   }
-  return 2.0 * terms * (double)s->N * (double)s->batch;
+  return 2.0 * terms * (double)s->batch;
 }

@@ -64,7 +64,7 @@ static cf_status time_impl(cf_context *ctx, int mode, size_t s_direct, const cf_
   for (int i = 0; i < calls; i++)
     CF_TRY(cf_gemm_batched_nested_with(ctx, impl, s->ta, s->tb, s->M, s->N, s->K, 1.0f, cf_at(A, 0), lda,
                                        s->M * s->K, 0, cf_at(B, 0), ldb, s->K * s->N, 0, s->beta, cf_at(C, 0), s->N,
-                                       s->M * s->N, 0, s->batch, 1, s->a_zeros));
+                                       s->M * s->N, 0, s->batch, 1, s->tri));
   CF_TRY(cf_context_finish(ctx));
   *sec = (cf_now() - t0) / calls;
   return CF_OK;

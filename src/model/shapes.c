@@ -21,9 +21,9 @@ int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
   int n = 0;
   for (int i = 0; i < (seq2seq ? 8 : 5); i++) {
     int per_step = lin[i].per_step;
-    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step, CF_GEMM_A_FULL};
-    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step, CF_GEMM_A_FULL};
-    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step, CF_GEMM_A_FULL};
+    cf_gemm_shape f = {"", 0, 1, N, lin[i].out, lin[i].in, 1, 0.0f, per_step, CF_GEMM_FULL};
+    cf_gemm_shape dw = {"", 1, 0, lin[i].out, lin[i].in, N, 1, 1.0f, per_step, CF_GEMM_FULL};
+    cf_gemm_shape dx = {"", 0, 0, N, lin[i].in, lin[i].out, 1, 0.0f, per_step, CF_GEMM_FULL};
     snprintf(f.name, sizeof f.name, "%s fwd", lin[i].name);
     snprintf(dw.name, sizeof dw.name, "%s dW", lin[i].name);
     snprintf(dx.name, sizeof dx.name, "%s dx", lin[i].name);
@@ -31,11 +31,12 @@ int cf_model_gemm_shapes(const cf_config *cfg, cf_gemm_shape *sh) {
     sh[n++] = dw;
     sh[n++] = dx;
   }
-  /* the causal probabilities and their gradients are lower triangles, their transposes upper */
-  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_A_FULL},
+  /* only the scores' lower triangles are read; the causal probabilities and their gradients are
+   * lower triangles, their transposes upper */
+  cf_gemm_shape att[] = {{"att q.kT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_C_LOWER},
                          {"att p.v", 0, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_LOWER},
                          {"att dv=pT.dy", 1, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_UPPER},
-                         {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_A_FULL},
+                         {"att dp=dy.vT", 0, 1, T, T, HS, BNH, 0.0f, layers, CF_GEMM_C_LOWER},
                          {"att dq=ds.k", 0, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_LOWER},
                          {"att dk=dsT.q", 1, 0, T, HS, T, BNH, 0.0f, layers, CF_GEMM_A_UPPER}};
   if (cfg->model.attention == CF_ATTENTION_MATERIALIZED)  /* fused attention runs no GEMM */

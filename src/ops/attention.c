@@ -5,9 +5,10 @@
  * at columns h*HS of each third, and write the output and dq | dk | dv the same way, as nested
  * batches (B sequences of NH heads: cf_gemm_batched_nested), so no permute runs either way.
  * Scratch: the T x T area (B, NH, T, T): forward P_drop (dropout only); backward P_drop for dv,
- * then dP (dy.v^T), turned into dpreatt in place. The probabilities and dpreatt are zero past the
- * diagonal (the softmax kernels write those zeros), so the products that read them as op(A) tell
- * the GEMM, whose strip kernels then skip that half; q.k^T and dy.v^T still compute the full T x T. */
+ * then dP (dy.v^T), turned into dpreatt in place. Every product tells the GEMM its causal triangle
+ * (cf_gemm_tri), which our strip kernels skip: the softmax kernels use the scores and dP only up
+ * to the diagonal and write zeros past it, so q.k^T and dy.v^T need only their lower triangles,
+ * and the products that read the probabilities or dpreatt as op(A) skip its zeros. */
 #include <math.h>
 #include "clformer/ops.h"
 #include "clformer/gemm.h"
@@ -56,9 +57,9 @@ static heads_operand square(cf_mem m, int T, int NH) {
 }
 
 static cf_status heads_gemm(cf_context *ctx, int ta, int tb, size_t M, size_t N, size_t K, heads_operand a,
-                            heads_operand b, heads_operand c, int B, int NH, cf_gemm_a_zeros a_zeros) {
+                            heads_operand b, heads_operand c, int B, int NH, cf_gemm_tri tri) {
   return cf_gemm_batched_nested(ctx, ta, tb, M, N, K, 1.0f, a.m, a.ld, a.head, a.seq, b.m, b.ld, b.head, b.seq, 0.0f,
-                                c.m, c.ld, c.head, c.seq, (size_t)NH, (size_t)B, a_zeros);
+                                c.m, c.ld, c.head, c.seq, (size_t)NH, (size_t)B, tri);
 }
 
 /* The softmax kernels' grid: on CPUs one row per work-item (B*NH*T items in small groups); else
@@ -113,7 +114,7 @@ cf_status cf_attention_forward(cf_context *ctx, cf_mem out, cf_mem att, cf_mem s
                 v = token_rows(cf_shift(inp, 2 * (size_t)C), W, T, HS);
 
   /* preatt = q.k^T (scaled in the softmax) */
-  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, q, k, square(att, T, NH), B, NH, CF_GEMM_A_FULL));
+  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, q, k, square(att, T, NH), B, NH, CF_GEMM_C_LOWER));
   CF_TRY(cf_attention_softmax_forward_launch(ctx, att, scratch, key_mask, B, NH, T, (float)(1.0 / sqrt((double)HS)),
                                              drop));
   /* out = P_drop.v, straight into token rows */
@@ -149,7 +150,7 @@ cf_status cf_attention_backward(cf_context *ctx, cf_mem dinp, cf_mem scratch, cf
   }
   CF_TRY(heads_gemm(ctx, 1, 0, T, HS, T, square(pd, T, NH), dy, dv, B, NH, CF_GEMM_A_UPPER));
   /* dP_drop = dy.v^T */
-  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, dy, v, square(datt, T, NH), B, NH, CF_GEMM_A_FULL));
+  CF_TRY(heads_gemm(ctx, 0, 1, T, T, HS, dy, v, square(datt, T, NH), B, NH, CF_GEMM_C_LOWER));
   CF_TRY(cf_attention_softmax_backward_launch(ctx, datt, att, B, NH, T, (float)(1.0 / sqrt((double)HS)), drop));
   /* dq = dpreatt.k, dk = dpreatt^T.q */
   CF_TRY(heads_gemm(ctx, 0, 0, T, HS, T, square(datt, T, NH), k, dq, B, NH, CF_GEMM_A_LOWER));

@@ -40,8 +40,9 @@ if sys.argv[2] == "step":
     if s["steps"] < 10: missing.append("steps >= 10")
     if not (0 < s["step_ms"]["min"] <= s["step_ms"]["median"] <= s["step_ms"]["max"]): missing.append("min<=median<=max")
     if abs(s["tokens_per_s"] - 64 / (s["step_ms"]["median"] * 1e-3)) > 1e-3 * s["tokens_per_s"]: missing.append("tokens/s")
-    # 6 N P + 12 L B T^2 C with N 64, P = 4*32^2 + 2*32*64 + 256*32, L 1, B 4, T 16, C 32
-    if s["flops_per_step"] != 6 * 64 * (4 * 32 * 32 + 2 * 32 * 64 + 256 * 32) + 12 * 4 * 16 * 16 * 32:
+    # 6 N P + 6 L B T (T + 1) C (six causal triangles) with N 64, P = 4*32^2 + 2*32*64 + 256*32, L 1, B 4,
+    # T 16, C 32
+    if s["flops_per_step"] != 6 * 64 * (4 * 32 * 32 + 2 * 32 * 64 + 256 * 32) + 6 * 4 * 16 * 17 * 32:
         missing.append("flops_per_step")
     # host transfers both ways: 2 x B T ints a step; the read-out's statistics ordered; the way in force is
     # the device's (PoCL shares host memory) unless CLFORMER_ZERO_COPY says
@@ -157,7 +158,15 @@ for s in sh:
         if not (0 < v["min"] <= v["median"] <= v["max"]): bad.append(s["name"] + " " + impl + " min/median/max")
     if abs(s["own_vs_clblast"] - s["own"]["median"] / s["clblast"]["median"]) > 2e-3 * s["own_vs_clblast"]:
         bad.append(s["name"] + " ratio")
-    if s["flops"] != 2 * s["M"] * s["N"] * s["K"] * s["batch"]: bad.append(s["name"] + " flops")
+    # the attention's causal triangles: the scores' (C) lower, the probabilities' and dpreatt's (op(A)) lower,
+    # their transposes upper; each row i of C counted over k <= i, k >= i, or its columns j <= i
+    want_tri = {"att q.kT": "c_lower", "att dp=dy.vT": "c_lower", "att p.v": "a_lower", "att dq=ds.k": "a_lower",
+                "att dv=pT.dy": "a_upper", "att dk=dsT.q": "a_upper"}.get(s["name"], "full")
+    M, N, K = s["M"], s["N"], s["K"]
+    terms = {"full": M * N * K, "a_lower": N * sum(min(i + 1, K) for i in range(M)),
+             "a_upper": N * sum(max(K - i, 0) for i in range(M)),
+             "c_lower": K * sum(min(i + 1, N) for i in range(M))}[want_tri]
+    if s["tri"] != want_tri or s["flops"] != 2 * terms * s["batch"]: bad.append(s["name"] + " tri/flops")
     if abs(s["peak_vs_clblast"] - g["peak_gflops"] / s["clblast"]["median"]) > 2e-3 * s["peak_vs_clblast"]:
         bad.append(s["name"] + " ceiling")
 if abs(g["median"]["peak_vs_clblast"] - statistics.median(s["peak_vs_clblast"] for s in sh)) > 2e-3 * g["median"]["peak_vs_clblast"]:

@@ -136,7 +136,7 @@ static void nested_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta,
     for (size_t o = 0; o < outer; o++)
       for (size_t i = 0; i < M; i++) test_poison(ctx, cf_at(dC, o * oc + i * ldc), inner * N);
   TEST_OK(cf_gemm_batched_nested_with(ctx, impl, ta, tb, M, N, K, 1.0f, cf_at(dA, 0), lda, acols, oa, cf_at(dB, 0), ldb,
-                                      bcols, ob, beta, cf_at(dC, 0), ldc, N, oc, inner, outer, CF_GEMM_A_FULL));
+                                      bcols, ob, beta, cf_at(dC, 0), ldc, N, oc, inner, outer, CF_GEMM_FULL));
   float *C = test_read(ctx, cf_at(dC, 0), nc);
   int nonfinite, untouched = 1;
   double err = rel_fro(C, ref, nc, &nonfinite);
@@ -166,13 +166,15 @@ static void check_nested(cf_context *ctx, test_rng *r) {
                     shapes[s][4], s % 2 ? 0.0f : 0.5f);
 }
 
-/* op(A) with known zeros (cf_gemm_a_zeros: a causal attention's probabilities, lower, and their
- * transposes, upper), batch products, against the reference. Where our strip kernels take the
- * product (op(A) = A; op(A) = A^T with B read in place) they must skip those terms, a tile's 6 rows
- * sharing one k range: the same product with NaN in the zeros 6 or more places off the diagonal
- * gives the same bits. lda_pad: A's rows that far apart (1024: gemm_at_rows). */
-static void zeros_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
-                       size_t batch, cf_gemm_a_zeros zeros, size_t lda_pad) {
+/* The causal triangles (cf_gemm_tri), batch products, against the reference. op(A) lower or upper
+ * (a causal attention's probabilities, their transposes) holds zeros there; where our strip kernels
+ * take the product (op(A) = A; op(A) = A^T with B read in place) they must skip them, a tile's 6
+ * rows sharing one k range: the same product with NaN in the zeros 6 or more places off the
+ * diagonal gives the same bits. C lower (the scores): entries j <= i as the reference, those above
+ * the product or 0 (beta 0), and 0 where the kernels skip a tile (its 64 columns all 6 or more
+ * past the row). lda_pad: A's rows that far apart (1024: gemm_at_rows). */
+static void tri_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, int tb, size_t M, size_t N, size_t K,
+                     size_t batch, cf_gemm_tri tri, size_t lda_pad) {
   size_t arows = ta ? K : M, acols = ta ? M : K, lda = lda_pad ? lda_pad : acols, ldb = tb ? K : N;
   size_t na = batch * arows * lda, nb = batch * N * K, nc = batch * M * N;
   float *A, *B, *C0;
@@ -181,47 +183,60 @@ static void zeros_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, int ta, 
   float *A_nan = malloc(na * 4);
   for (size_t x = 0; x < na; x++) {
     size_t row = x % (arows * lda) / lda, col = x % lda, i = ta ? col : row, k = ta ? row : col;
-    int zero = zeros == CF_GEMM_A_LOWER ? k > i : k < i, far = zeros == CF_GEMM_A_LOWER ? k >= i + 6 : k + 6 <= i;
+    int zero = tri == CF_GEMM_A_LOWER ? k > i : tri == CF_GEMM_A_UPPER ? k < i : 0;
+    int far = tri == CF_GEMM_A_LOWER ? k >= i + 6 : tri == CF_GEMM_A_UPPER ? k + 6 <= i : 0;
     A_nan[x] = far ? NAN : zero ? 0.0f : A[x];
     if (zero) A[x] = 0.0f;
   }
   for (size_t b = 0; b < batch; b++)
     ref_gemm(ta, tb, M, N, K, 1.0f, A + b * arows * lda, lda, B + b * N * K, ldb, 0.0f, ref + b * M * N, N);
   int skips = impl == CF_GEMM_OWN && (!ta || (!tb && N % 64 == 0));
+  int nan_pass = skips && tri != CF_GEMM_C_LOWER;
   float *got[2] = {NULL, NULL};
-  for (int pass = 0; pass < 1 + skips; pass++) {
+  for (int pass = 0; pass < 1 + nan_pass; pass++) {
     cl_mem dA = test_buffer(ctx, pass ? A_nan : A, na), dB = test_buffer(ctx, B, nb), dC = test_buffer(ctx, C0, nc);
     test_poison(ctx, cf_at(dC, 0), nc);
     TEST_OK(cf_gemm_batched_nested_with(ctx, impl, ta, tb, M, N, K, 1.0f, cf_at(dA, 0), lda, arows * lda, 0,
-                                        cf_at(dB, 0), ldb, N * K, 0, 0.0f, cf_at(dC, 0), N, M * N, 0, batch, 1, zeros));
+                                        cf_at(dB, 0), ldb, N * K, 0, 0.0f, cf_at(dC, 0), N, M * N, 0, batch, 1, tri));
     got[pass] = test_read(ctx, cf_at(dC, 0), nc);
     cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC);
   }
+  size_t unskipped = 0, above_bad = 0;
+  if (tri == CF_GEMM_C_LOWER)  /* above the diagonal: the reference's value or 0; compared as 0 after */
+    for (size_t x = 0; x < nc; x++) {
+      size_t i = x % (M * N) / N, j = x % N;
+      if (j <= i) continue;
+      if (skips && j / 64 * 64 >= i + 6 && got[0][x] != 0.0f) unskipped++;
+      if (got[0][x] != 0.0f && fabs(got[0][x] - ref[x]) > 1e-4 * (1 + fabs(ref[x]))) above_bad++;
+      got[0][x] = 0.0f;
+      ref[x] = 0.0;
+    }
   int nonfinite;
   double err = rel_fro(got[0], ref, nc, &nonfinite);
-  int same = !skips || memcmp(got[0], got[1], nc * 4) == 0;
+  int same = !nan_pass || memcmp(got[0], got[1], nc * 4) == 0;
+  static const char *tri_names[] = {"full", "op(A) lower", "op(A) upper", "C lower"};
   ncases++;
-  TEST_ASSERT(nonfinite == 0 && err < 1e-5 && same,
-              "%s %c%c M=%zu N=%zu K=%zu batch %zu lda %zu, op(A) %s: relative error %.3g, %d non-finite%s",
-              cf_gemm_impl_name(impl), ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, batch, lda,
-              zeros == CF_GEMM_A_LOWER ? "lower" : "upper", err, nonfinite,
-              same ? "" : "; with NaN in its zeros the result differs (the kernel read them)");
+  TEST_ASSERT(nonfinite == 0 && err < 1e-5 && same && !unskipped && !above_bad,
+              "%s %c%c M=%zu N=%zu K=%zu batch %zu lda %zu, %s: relative error %.3g, %d non-finite%s; above the "
+              "diagonal %zu neither the product nor 0, %zu not skipped", cf_gemm_impl_name(impl), ta ? 'T' : 'N',
+              tb ? 'T' : 'N', M, N, K, batch, lda, tri_names[tri], err, nonfinite,
+              same ? "" : "; with NaN in its zeros the result differs (the kernel read them)", above_bad, unskipped);
   free(A); free(A_nan); free(B); free(C0); free(ref); free(got[0]); free(got[1]);
 }
 
-static void check_zeros(cf_context *ctx, test_rng *r) {
+static void check_tri(cf_context *ctx, test_rng *r) {
   static const size_t shapes[][5] = {{64, 64, 64, 3, 0}, {37, 64, 37, 2, 0}, {70, 64, 70, 2, 0}, {64, 64, 100, 2, 0},
                                      {100, 64, 64, 2, 0}, {800, 64, 800, 1, 0}, {70, 64, 70, 2, 1024},
-                                     {13, 70, 29, 2, 0}};
+                                     {13, 70, 29, 2, 0}, {200, 200, 64, 2, 0}, {130, 192, 40, 1, 1024}};
   for (int impl = CF_GEMM_CLBLAST; impl <= CF_GEMM_OWN; impl++)
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
       for (int f = 0; f < 4; f++)
-        for (int z = CF_GEMM_A_LOWER; z <= CF_GEMM_A_UPPER; z++)
-          zeros_case(ctx, (cf_gemm_impl)impl, r, f & 1, f >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                     (cf_gemm_a_zeros)z, shapes[s][4]);
+        for (int t = CF_GEMM_A_LOWER; t <= CF_GEMM_C_LOWER; t++)
+          tri_case(ctx, (cf_gemm_impl)impl, r, f & 1, f >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                   (cf_gemm_tri)t, shapes[s][4]);
   TEST_ASSERT(cf_gemm_batched_nested(ctx, 0, 0, 1, 1, 1, 1.0f, (cf_mem){0}, 1, 1, 0, (cf_mem){0}, 1, 1, 0, 0.0f,
-                                     (cf_mem){0}, 1, 1, 0, 1, 1, (cf_gemm_a_zeros)3) == CF_ERR_INVALID_ARG,
-              "an unknown cf_gemm_a_zeros is refused");
+                                     (cf_mem){0}, 1, 1, 0, 1, 1, (cf_gemm_tri)4) == CF_ERR_INVALID_ARG,
+              "an unknown cf_gemm_tri is refused");
 }
 
 /* The forward linear layer's epilogue (cf_gemm_nt_bias_act): y = x W^T + bias, act_out = act(y),
@@ -737,7 +752,7 @@ int main(void) {
   check_deterministic(ctx, &r);
   check_epilogue(ctx, &r);
   check_nested(ctx, &r);
-  check_zeros(ctx, &r);
+  check_tri(ctx, &r);
   check_guarded(ctx, &r);
   check_loop_budget(ctx, &r);
   check_tuned(ctx, &r);
