@@ -59,6 +59,10 @@ typedef enum cf_gemm_tri {
 } cf_gemm_tri;
 const char *cf_gemm_tri_name(cf_gemm_tri tri);  /* "full", "a_lower", "a_upper", "c_lower" */
 
+/* A product's signature, "NT 1024x768x256 x1" (op(A) op(B), M x N x K, batch): the tag its launches
+ * carry while profiling (cf_profile_collect_tags), by which `bench step` times each model product. */
+int cf_gemm_signature(char *buf, size_t n, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t batch);
+
 /* A nested batch of outer x inner products: matrix (o, i) starts o * outer_* + i * stride_* elements
  * in, so the heads of (B, T, NH * HS) tensors are read and written in place (outer B sequences, a
  * row stride of the tensor's width, inner NH heads HS apart), with the triangle tri skipped.

@@ -192,7 +192,11 @@ void cf_arg_dropout(cf_launch *L, cf_dropout d);
 
 /* Per-operation timing from OpenCL profiling events (the context must be created with
  * profiling = 1). Between start and collect, every launch records an event; collect waits, sums
- * the device time per kernel name (largest first) and returns the number of entries. */
+ * the device time per kernel name (largest first) and returns the number of entries. An upper
+ * layer may tag the launches of one operation (the GEMM layer: its product's shape,
+ * cf_gemm_signature): cf_profile_collect_tags also sums the tagged events per tag into by_tag
+ * (*ntags entries, largest first; name then holds the tag). */
+#define CF_PROFILE_TAG 48
 typedef struct cf_profile_entry {
   char name[48];
   double ms;
@@ -200,6 +204,11 @@ typedef struct cf_profile_entry {
 } cf_profile_entry;
 void cf_profile_start(cf_context *ctx);
 int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max);
+int cf_profile_collect_tags(cf_context *ctx, cf_profile_entry *out, int max, cf_profile_entry *by_tag, int max_tags,
+                            int *ntags);
+/* The tag of the launches that follow (NULL or "": none), while profiling; nothing otherwise. */
+void cf_profile_tag(cf_context *ctx, const char *tag);
+int cf_profile_on(const cf_context *ctx);  /* whether launches now record events */
 /* Where a caller that enqueues outside cf_launch_run (e.g. a BLAS) stores its event; NULL when
  * not profiling. */
 cl_event *cf_profile_slot(cf_context *ctx, const char *name);

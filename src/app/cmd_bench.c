@@ -61,7 +61,12 @@
  *                           (rusticl's read about 1 ns each: cf_profile_implausible); then device_ms and
  *                           gemm_ms are null and ops is empty. fma_peak_gflops: the device's fp32 FMA peak
  *                           measured right after (as `bench gemm` does; 0 when there is no breakdown);
- *                           gemm_fraction_of_peak: flops_per_step / gemm_ms over it (null without it)
+ *                           gemm_fraction_of_peak: flops_per_step / gemm_ms over it (null without it);
+ *                           "products": [{"names", "signature", "calls", "flops", "ms", "gflops",
+ *                           "fraction_of_peak"}]: the model's products by shape (cf_model_gemm_shapes
+ *                           grouped by cf_gemm_signature), per step: calls and FLOPs counted, ms the
+ *                           device time of the launches tagged with the signature (gflops and
+ *                           fraction_of_peak null where none ran)
  *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means

@@ -1,6 +1,7 @@
 /* What the benchmarks share (bench.c, bench_gemm.c, bench_step.c; bench_common.c): the timed run
  * of calls between clFinish, how many calls make a sample, the median and extremes of the samples
- * and their JSON, a JSON row appended, a ratio of times in words. */
+ * and their JSON, a JSON row appended, a ratio of times in words; and the parts of `bench step` in
+ * files of their own. */
 #ifndef CLFORMER_BENCH_INTERNAL_H
 #define CLFORMER_BENCH_INTERNAL_H
 
@@ -50,6 +51,23 @@ cf_status cf_bench_transfers(cf_context *ctx, struct cf_model *m, cf_bench_fn st
 /* The device's fp32 FMA peak in GFLOP/s (bench_gemm.c): the median of 7 runs of a kernel of
  * register-only FMAs on float16 vectors, each about 50 ms. */
 cf_status cf_bench_fma_peak(cf_context *ctx, double *gflops);
+
+/* `bench step`'s matrix products by shape (bench_products.c): the model's shapes
+ * (cf_model_gemm_shapes) grouped by signature (cf_gemm_signature; proj fwd and logits fwd may
+ * share one), each with its calls and FLOPs per step and the device ms per step of the profiled
+ * launches tagged with it (by_tag over `steps` steps). Largest first; returns the row count. */
+#define CF_BENCH_MAX_PRODUCTS 32
+typedef struct cf_bench_product {
+  char names[96], sig[CF_PROFILE_TAG];
+  int calls;
+  double flops, ms;
+} cf_bench_product;
+struct cf_config;
+int cf_bench_products(const struct cf_config *cfg, const cf_profile_entry *by_tag, int ntags, int steps,
+                      cf_bench_product *rows);
+/* The table (peak: the FMA peak in GFLOP/s, 0: unknown), and its JSON rows (NULL: out of memory). */
+void cf_bench_products_print(FILE *out, const cf_bench_product *rows, int n, double peak);
+struct json_t *cf_bench_products_json(const cf_bench_product *rows, int n, double peak);
 
 /* Sleeps s seconds (resumed after signals). */
 void cf_bench_pause(double s);

@@ -12,11 +12,12 @@
  *
  * Throughput: tokens/s = B * T / median step time. GFLOP/s = counted FLOPs / median step time,
  * where the count covers the matrix products only (elementwise work, softmax, LayerNorm and the
- * optimizer are left out), with the attention products counted in full (no causal saving):
+ * optimizer are left out), the attention's six over their causal triangles (cf_gemm_tri):
  *   linear weights P = L * (4 C^2 + 2 C F) + V C   (qkv 3C^2, proj C^2, fc1 and fc2 C F, logits V C)
- *   FLOPs/step     = 6 N P + 12 L B T^2 C           (N = B T; forward 2 N P and 4 B T^2 C per layer,
- *                                                    backward twice the forward)
- * (with model.attention: fused the attention runs no matrix product and its 12 L B T^2 C are left out).
+ *   FLOPs/step     = 6 N P + 6 L B T (T + 1) C     (N = B T; forward 2 N P and 2 B T (T + 1) C per
+ *                                                    layer, backward twice the forward)
+ * (with model.attention: fused the attention runs no matrix product and its 6 L B T (T + 1) C are left
+ * out). The breakdown ends with the model's products by shape (bench_products.c).
  * Device memory: the most cf_buffer_live_bytes said after the model's start and the timed steps.
  *
  * An encoder-decoder (model.arch encoder_decoder) steps on its largest batch, the one the model is
@@ -105,8 +106,10 @@ typedef struct step_bench {
   size_t params;
   double flops;                        /* in a step's matrix products */
   double peak;                         /* the device's FMA peak, GFLOP/s, measured after the profiled steps */
-  cf_profile_entry *ops;               /* the breakdown: per kernel name, ms per step */
-  int nops;
+  cf_profile_entry *ops, *tags;        /* the breakdown: per kernel name, ms per step; per GEMM signature */
+  int nops, ntags;
+  cf_bench_product products[CF_BENCH_MAX_PRODUCTS];  /* the model's products by shape (bench_products.c) */
+  int nproducts;
   double prof_wall, dev, gemm_ms;      /* a profiled step's seconds; device and GEMM ms per step */
   const char *prof_bad;                /* why the events are not believed (prof_why), or NULL */
   char prof_why[160];
@@ -150,7 +153,8 @@ static cf_status step_alloc(step_bench *b) {
   s->in = malloc(sizeof(int) * (size_t)b->N);
   s->tg = malloc(sizeof(int) * (size_t)b->N * (seq2seq ? 2 : 1));  /* encoder-decoder: target in, then out */
   s->src_len = malloc(sizeof(int) * (size_t)b->B);
-  b->ops = calloc(MAX_OPS, sizeof *b->ops);
+  b->ops = calloc(2 * MAX_OPS, sizeof *b->ops);
+  b->tags = b->ops ? b->ops + MAX_OPS : NULL;
   if (!b->tv || !s->in || !s->tg || !s->src_len || !b->ops) return CF_FAIL(CF_ERR_NO_MEMORY, "out of memory");
   unsigned long long x = 0x2545f4914f6cdd1dULL;
   for (int i = 0; i < b->N; i++) {
@@ -261,8 +265,9 @@ static cf_status profile_steps(step_bench *b) {
   double tp0 = cf_now();
   for (int i = 0; i < b->psteps && st == CF_OK; i++) st = one_step(b->ctx, &b->s);
   b->prof_wall = (cf_now() - tp0) / b->psteps;
-  b->nops = cf_profile_collect(b->ctx, b->ops, MAX_OPS);
+  b->nops = cf_profile_collect_tags(b->ctx, b->ops, MAX_OPS, b->tags, MAX_OPS, &b->ntags);
   if (st != CF_OK) return st;
+  b->nproducts = cf_bench_products(b->cfg, b->tags, b->ntags, b->psteps, b->products);
   b->prof_bad = cf_profile_implausible(b->ops, b->nops, b->prof_wall * b->psteps * 1e3, b->prof_why, sizeof b->prof_why);
   for (int i = 0; i < b->nops; i++) {
     b->ops[i].ms /= b->psteps;
@@ -296,6 +301,7 @@ static void print_breakdown(const step_bench *b) {
     fprintf(out, "  matrix products: %.3f GFLOP in the GEMM kernels' %.2f ms, %.1f GFLOP/s: %.1f%% of the fp32 FMA "
             "peak (%.1f GFLOP/s, a kernel of register-only FMAs run after these steps)\n", b->flops * 1e-9, gemm_ms,
             b->flops / gemm_ms * 1e-6, 100 * b->flops / gemm_ms * 1e-6 / b->peak, b->peak);
+  if (gemm_ms > 0) cf_bench_products_print(out, b->products, b->nproducts, b->peak);
 }
 
 /* torch's setup and step time, and the speed ratio. */
@@ -335,10 +341,15 @@ static json_t *breakdown_json(const step_bench *b) {
   if (!rows) return NULL;
   json_t *frac =
       b->gemm_ms > 0 && b->peak > 0 ? cf_json_num(b->flops / b->gemm_ms * 1e-6 / b->peak, "%.4f") : json_null();
-  return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n, s:o, s:o}", "steps", b->psteps, "step_ms",
+  json_t *products = cf_bench_products_json(b->products, b->nproducts, b->peak);
+  if (!products) {
+    json_decref(rows);
+    return NULL;
+  }
+  return json_pack("{s:i, s:o, s:o, s:o, s:o, s:n, s:o, s:o, s:o}", "steps", b->psteps, "step_ms",
                    cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", cf_json_num(b->dev, "%.4f"), "gemm_ms",
                    cf_json_num(b->gemm_ms, "%.4f"), "ops", rows, "unavailable", "fma_peak_gflops",
-                   cf_json_num(b->peak, "%.2f"), "gemm_fraction_of_peak", frac);
+                   cf_json_num(b->peak, "%.2f"), "gemm_fraction_of_peak", frac, "products", products);
 }
 
 static json_t *model_json(const step_bench *b) {

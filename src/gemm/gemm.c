@@ -725,6 +725,18 @@ static cf_status pick(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans
   return CF_OK;
 }
 
+int cf_gemm_signature(char *buf, size_t n, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t batch) {
+  return snprintf(buf, n, "%c%c %zux%zux%zu x%zu", trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, batch);
+}
+
+/* While profiling, the launches that follow carry the product's signature (cf_profile_tag). */
+static void tag(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, size_t batch) {
+  if (!cf_profile_on(ctx)) return;
+  char sig[CF_PROFILE_TAG];
+  cf_gemm_signature(sig, sizeof sig, trans_a, trans_b, M, N, K, batch);
+  cf_profile_tag(ctx, sig);
+}
+
 /* A batch of o->count x batch products (o: one_group for a plain batch). The implementation is
  * picked for the whole batch. */
 static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,
@@ -734,14 +746,19 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   cf_gemm_impl use;
   CF_TRY(pick(ctx, impl, trans_a, trans_b, M, N, K, A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, batch, o, 0,
               &use));
+  tag(ctx, trans_a, trans_b, M, N, K, batch * o->count);  /* after pick, whose calibration tags its own */
+  cf_status st;
   if (use == CF_GEMM_OWN)
-    return own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                    batch, o, NULL);
-  if (o->count > 1)
-    return clblast_gemm_nested(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-                               stride_c, batch, o);
-  return clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                      batch);
+    st = own_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                  batch, o, NULL);
+  else if (o->count > 1)
+    st = clblast_gemm_nested(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                             stride_c, batch, o);
+  else
+    st = clblast_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                      stride_c, batch);
+  cf_profile_tag(ctx, NULL);
+  return st;
 }
 
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
@@ -762,7 +779,10 @@ cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M,
   *fused = use == CF_GEMM_OWN && K > 0;
   if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group);
   gemm_epi e = {bias, act_out, act, drop};
-  return own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
+  tag(ctx, 0, 1, M, N, K, 1);
+  cf_status st = own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
+  cf_profile_tag(ctx, NULL);
+  return st;
 }
 
 cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,

@@ -510,6 +510,7 @@ cl_event *cf_profile_slot(cf_context *ctx, const char *name) {
     ctx->cap_prof = cap;
   }
   snprintf(ctx->prof[ctx->nprof].name, sizeof ctx->prof[0].name, "%s", name);
+  snprintf(ctx->prof[ctx->nprof].tag, sizeof ctx->prof[0].tag, "%s", ctx->prof_tag);
   ctx->prof[ctx->nprof].ev = NULL;
   return &ctx->prof[ctx->nprof++].ev;
 }
@@ -519,8 +520,31 @@ static int by_ms(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max) {
-  int n = 0;
+void cf_profile_tag(cf_context *ctx, const char *tag) {
+  if (ctx->prof_on) snprintf(ctx->prof_tag, sizeof ctx->prof_tag, "%s", tag ? tag : "");
+}
+
+int cf_profile_on(const cf_context *ctx) { return ctx->prof_on; }
+
+/* Adds ms to the entry named `name` among out[0..*n), appending it while there is room. */
+static void add_entry(cf_profile_entry *out, int *n, int max, const char *name, double ms) {
+  int k = 0;
+  while (k < *n && strcmp(out[k].name, name)) k++;
+  if (k == *n && *n < max) {
+    snprintf(out[*n].name, sizeof out[*n].name, "%s", name);
+    out[*n].ms = 0;
+    out[*n].calls = 0;
+    (*n)++;
+  }
+  if (k < *n) {
+    out[k].ms += ms;
+    out[k].calls++;
+  }
+}
+
+int cf_profile_collect_tags(cf_context *ctx, cf_profile_entry *out, int max, cf_profile_entry *by_tag, int max_tags,
+                            int *ntags) {
+  int n = 0, nt = 0;
   if (ctx->nprof) clFinish(ctx->queue);
   for (int i = 0; i < ctx->nprof; i++) {
     cl_event ev = ctx->prof[i].ev;
@@ -528,23 +552,21 @@ int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max) {
     cl_ulong t0 = 0, t1 = 0;
     if (out && clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) == CL_SUCCESS &&
         clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) == CL_SUCCESS) {
-      int k = 0;
-      while (k < n && strcmp(out[k].name, ctx->prof[i].name)) k++;
-      if (k == n && n < max) {
-        snprintf(out[n].name, sizeof out[n].name, "%s", ctx->prof[i].name);
-        out[n].ms = 0;
-        out[n].calls = 0;
-        n++;
-      }
-      if (k < n) {
-        out[k].ms += (double)(t1 - t0) * 1e-6;
-        out[k].calls++;
-      }
+      double ms = (double)(t1 - t0) * 1e-6;
+      add_entry(out, &n, max, ctx->prof[i].name, ms);
+      if (by_tag && ctx->prof[i].tag[0]) add_entry(by_tag, &nt, max_tags, ctx->prof[i].tag, ms);
     }
     clReleaseEvent(ev);
   }
   ctx->nprof = 0;
   ctx->prof_on = 0;
+  ctx->prof_tag[0] = 0;
   if (out) qsort(out, (size_t)n, sizeof *out, by_ms);
+  if (by_tag) qsort(by_tag, (size_t)nt, sizeof *by_tag, by_ms);
+  if (ntags) *ntags = nt;
   return n;
+}
+
+int cf_profile_collect(cf_context *ctx, cf_profile_entry *out, int max) {
+  return cf_profile_collect_tags(ctx, out, max, NULL, 0, NULL);
 }

@@ -38,9 +38,10 @@ struct cf_context {
   int nprograms, cap_programs;
   cf_cache_stats cache;
   int cache_write_failed;        /* writes into the binary cache that failed (noted once) */
-  /* per-launch events while profiling is on (cf_profile_start) */
-  struct cf_prof_event { char name[48]; cl_event ev; } *prof;
+  /* per-launch events while profiling is on (cf_profile_start), each with the tag in force */
+  struct cf_prof_event { char name[48], tag[CF_PROFILE_TAG]; cl_event ev; } *prof;
   int nprof, cap_prof, prof_on;
+  char prof_tag[CF_PROFILE_TAG];   /* cf_profile_tag; "" none */
   struct cf_context_ext { const void *key; void *state; cf_context_ext_free_fn free; } ext[CF_CONTEXT_EXT_SLOTS];
 };
 

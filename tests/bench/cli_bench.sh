@@ -65,6 +65,21 @@ if sys.argv[2] == "step":
     frac = s["flops_per_step"] / (bd["gemm_ms"] * 1e6) / bd["fma_peak_gflops"] if bd.get("fma_peak_gflops", 0) > 0 else -1
     if not (0 < frac < 1.2 and abs(frac - (bd.get("gemm_fraction_of_peak") or 0)) < 1e-3):
         missing.append("gemm_fraction_of_peak = flops / gemm_ms / fma_peak_gflops")
+    # the products by shape: every GEMM launch tagged with a model shape's signature (their ms add up to
+    # gemm_ms), the shapes' FLOPs to the step's, calls as the model issues them (one layer: a call of each
+    # linear product, two of each attention signature), largest first
+    pr = bd.get("products") or []
+    if abs(sum(p["ms"] for p in pr) - bd["gemm_ms"]) > 1e-3 * bd["gemm_ms"] + 1e-3: missing.append("products ms = gemm_ms")
+    if abs(sum(p["flops"] for p in pr) - s["flops_per_step"]) > 1e-9 * s["flops_per_step"] + len(pr):
+        missing.append("products flops = flops_per_step")
+    calls = {p["names"]: p["calls"] for p in pr}
+    if len(calls) != 18 or calls.get("qkv fwd") != 1 or calls.get("logits dW") != 1 or calls.get("att q.kT, att dp=dy.vT") != 2:
+        missing.append("products calls %r" % calls)
+    if any(pr[i]["ms"] < pr[i + 1]["ms"] for i in range(len(pr) - 1)): missing.append("products sorted")
+    for p in pr:
+        # ms is rounded to 4 decimals: gflops lies between the FLOPs over its bounds
+        if p["ms"] <= 5e-5 or not p["flops"] / (p["ms"] + 5e-5) * 1e-6 - 0.01 <= p["gflops"] <= p["flops"] / (p["ms"] - 5e-5) * 1e-6 + 0.01:
+            missing.append(p["names"] + " gflops")
 else:
     r = d["kernels"]["results"]
     if not r or any("adam" not in x["kernel"] for x in r): missing.append("--only adam rows")
