@@ -431,6 +431,18 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 #undef GEMM_ASTEP
 #undef GEMM_A
 
+// dbias[m0 .. m0+5] (fewer at M) += the sums over k of op(A) = A^T's rows, A (K, M): the bias
+// gradient of a weight-gradient product (cf_gemm_tn_dbias), each summed from 0 in k's order, as
+// bias_backward sums a column, so the two give the same bits.
+void gemm_dbias_rows(__global float *dbias, __global const float *a, uint K, uint lda, uint m0, uint M) {
+  float s[GEMM_MR] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  uint rows = min((uint)GEMM_MR, M - m0);
+  a += m0;
+  for (uint k = 0; k < K; k++, a += lda)
+    for (uint i = 0; i < rows; i++) s[i] += a[i];
+  for (uint i = 0; i < rows; i++) dbias[m0 + i] += s[i];
+}
+
 // C (batch, M, N) = A^T B, A (batch, K, M) read in place (lda >= M >= 6), B (batch, K, N) read in
 // place (N a multiple of 64): gemm_an_strips's column strips and slices of kc. The tile reads
 // op(A)'s rows r0..r0+5, r0 = min(m0, M - 6): the last row tile slides up to end at row M - 1
@@ -439,12 +451,17 @@ __kernel void gemm_an_strips(__global float *C, uint c_off, __global const float
 // spill accumulators). Against gemm_at (one item per tile, slices as separate launches), run
 // alternately with that build (medians of 4 runs each, cores 500 ns apart): the model's weight
 // gradients 768 x 256 x 1024 26% faster, 256 x 256 x 1024 13%, 256 x 1024 x 1024 1%; in one process
-// with the cores 120-170 ns apart, 0-11%. global: (panels * parts, batch, outer batch), local (1, 1, 1)
+// with the cores 120-170 ns apart, 0-11%. with_dbias (one matrix): the items of column panel 0 also
+// add op(A)'s row sums to dbias (gemm_dbias_rows) before their products.
+// global: (panels * parts, batch, outer batch), local (1, 1, 1)
 __kernel void gemm_at_strips(__global float *C, uint c_off, __global const float *A, uint a_off,
                              __global const float *B, uint b_off, uint M, uint N, uint K, uint lda, uint ldb, uint ldc,
                              uint stride_a, uint stride_b, uint stride_c, uint outer_a, uint outer_b, uint outer_c,
-                             uint parts, float alpha, float beta, uint kc, uint tri) {
+                             uint parts, float alpha, float beta, uint kc, uint tri, __global float *dbias,
+                             uint dbias_off, int with_dbias) {
   GEMM_STRIP_ITEM
+  if (with_dbias && p == 0)  // the first column panel's items also sum their rows of op(A) into dbias
+    for (uint tt = t0; tt < t1; tt++) gemm_dbias_rows(dbias + dbias_off, A + a_off, K, lda, GEMM_MR * tt, M);
   __global const float *panel = B + b_off + (size_t)bo * outer_b + (size_t)bi * stride_b + n0;
   __global const float *a = A + a_off + (size_t)bo * outer_a + (size_t)bi * stride_a;
   uint k_all = K, b_ld = ldb;

@@ -45,6 +45,16 @@ cf_status cf_gemm_batched_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, 
                                cf_mem B, size_t ldb, size_t stride_b,
                                float beta, cf_mem C, size_t ldc, size_t stride_c, size_t batch);
 
+/* A weight gradient with its bias's in one pass where it can be: C (M, N) = A (K, M)^T B (K, N) +
+ * beta C, and dbias (M) += the sums of A's columns (the bias gradient: dY's column sums, dY being
+ * A). On our gemm_at_strips (A's rows not a multiple of 4 KiB apart, M >= 6, N a multiple of 64)
+ * the items of C's first column panel add the sums, and *fused is 1; elsewhere only the product
+ * runs, *fused is 0, and the caller runs cf_bias_backward (the same bits on a CPU device). */
+cf_status cf_gemm_tn_dbias(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
+                           float beta, cf_mem C, size_t ldc, cf_mem dbias, int *fused);
+cf_status cf_gemm_tn_dbias_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A, size_t lda,
+                                cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc, cf_mem dbias, int *fused);
+
 /* The triangles of a causal attention's products, which our strip kernels skip a tile of rows at a
  * time: zeros op(A) is known to hold (the probabilities and their gradients: lower; their
  * transposes: upper; exact zeros change no sum, but the kernels still read the few next to the

@@ -396,11 +396,14 @@ static cf_status scratch_get(cf_context *ctx, size_t bytes, cl_mem *out) {
 #define EPI_BIAS 1u          /* GEMM_EPI_BIAS, GEMM_EPI_ACT in cl/gemm.cl */
 #define EPI_ACT 2u
 
-/* A forward product's epilogue (cf_gemm_nt_bias_act): a buffer not set is not applied. */
+/* What a product adds to its stores: a forward one's bias, activation and dropout
+ * (cf_gemm_nt_bias_act, gemm_an_strips), a weight gradient's bias gradient (cf_gemm_tn_dbias,
+ * gemm_at_strips). A buffer not set is not applied. */
 typedef struct gemm_epi {
   cf_mem bias, act_out;
   cf_activation act;
   cf_dropout drop;  /* after the activation */
+  cf_mem dbias;
 } gemm_epi;
 
 static int fits32(size_t v) { return v <= UINT32_MAX; }
@@ -549,7 +552,7 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
                                         float alpha, cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb,
                                         size_t stride_b, float beta, cf_mem C, size_t ldc, size_t stride_c,
                                         size_t batch, const gemm_outer *o, size_t panels, size_t tiles,
-                                        size_t budget) {
+                                        size_t budget, const gemm_epi *epi) {
   cf_launch L;
   size_t global[3] = {0, batch, o->count}, local[3] = {1, 1, 1};
   if (a_inplace) {
@@ -588,6 +591,11 @@ static cf_status own_gemm_at_in_place_b(cf_context *ctx, int a_inplace, size_t M
   cf_arg_float(&L, beta);
   cf_arg_uint(&L, (unsigned)kc);
   cf_arg_uint(&L, (unsigned)o->tri);
+  if (a_inplace) {
+    int with_dbias = epi && epi->dbias.buf;
+    cf_arg_mem(&L, with_dbias ? epi->dbias : C);  /* unread without it */
+    cf_arg_int(&L, with_dbias);
+  }
   return cf_launch_run(&L, a_inplace ? 3 : 2, global, local);  /* gemm_at_rows: one group (own_gemm) */
 }
 
@@ -643,7 +651,8 @@ static cf_status own_gemm_at(cf_context *ctx, int trans_b, size_t M, size_t N, s
   return cf_launch_run(&L, 2, global, local);
 }
 
-/* epi (NULL: none) only with op(A) = A and K > 0 (gemm_an_strips). The strip kernels take a nested
+/* epi (NULL: none) only where its kernel runs: a forward epilogue with op(A) = A and K > 0
+ * (gemm_an_strips), dbias where gemm_at_strips does (tn_dbias_fuses). The strip kernels take a nested
  * batch in one launch; the others a group at a time. */
 static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
                           cf_mem A, size_t lda, size_t stride_a, cf_mem B, size_t ldb, size_t stride_b, float beta,
@@ -684,7 +693,7 @@ static cf_status own_gemm(cf_context *ctx, int trans_a, int trans_b, size_t M, s
                               beta, C, ldc, stride_c, batch, o, panels, tiles, packed_b, budget, epi);
   if (trans_a && K > 0 && !packed_b)
     return own_gemm_at_in_place_b(ctx, a_inplace, M, N, K, kc, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                                  ldc, stride_c, batch, o, panels, tiles, budget);
+                                  ldc, stride_c, batch, o, panels, tiles, budget, epi);
   return own_gemm_at(ctx, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch,
                      panels, tiles, packed_b && K > 0, trans_a && K > 0 && !a_inplace);
 }
@@ -778,7 +787,7 @@ cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M,
   CF_TRY(pick(ctx, impl, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, &one_group, 1, &use));
   *fused = use == CF_GEMM_OWN && K > 0;
   if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group);
-  gemm_epi e = {bias, act_out, act, drop};
+  gemm_epi e = {bias, act_out, act, drop, {0}};
   tag(ctx, 0, 1, M, N, K, 1);
   cf_status st = own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
   cf_profile_tag(ctx, NULL);
@@ -789,6 +798,36 @@ cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_
                               cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out, cf_activation act, cf_dropout drop,
                               int *fused) {
   return cf_gemm_nt_bias_act_with(ctx, CF_GEMM_AUTO, M, N, K, A, lda, B, ldb, C, ldc, bias, act_out, act, drop, fused);
+}
+
+/* Whether own_gemm takes C += A^T B with gemm_at_strips (A's rows not 4 KiB multiples apart, M >= 6,
+ * B in place: N a multiple of 64), the kernel that adds dbias; not on a device that limits an
+ * item's loops (its trip counts leave the row sums out). */
+static cf_status tn_dbias_fuses(cf_context *ctx, size_t M, size_t N, size_t K, size_t lda, int *fuses) {
+  size_t budget = 0;
+  CF_TRY(cf_gemm_loop_budget(ctx, &budget));
+  *fuses = K > 0 && M >= OWN_MR && lda % 1024 != 0 && N % OWN_NR == 0 && budget == 0;
+  return CF_OK;
+}
+
+cf_status cf_gemm_tn_dbias_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A, size_t lda,
+                                cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc, cf_mem dbias, int *fused) {
+  *fused = 0;
+  if (M == 0 || N == 0) return CF_OK;
+  cf_gemm_impl use;
+  CF_TRY(pick(ctx, impl, 1, 0, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, 1, &one_group, 0, &use));
+  if (use == CF_GEMM_OWN && dbias.buf) CF_TRY(tn_dbias_fuses(ctx, M, N, K, lda, fused));
+  if (!*fused) return gemm_any(ctx, use, 1, 0, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group);
+  gemm_epi e = {.dbias = dbias};
+  tag(ctx, 1, 0, M, N, K, 1);
+  cf_status st = own_gemm(ctx, 1, 0, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group, &e);
+  cf_profile_tag(ctx, NULL);
+  return st;
+}
+
+cf_status cf_gemm_tn_dbias(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
+                           float beta, cf_mem C, size_t ldc, cf_mem dbias, int *fused) {
+  return cf_gemm_tn_dbias_with(ctx, CF_GEMM_AUTO, M, N, K, A, lda, B, ldb, beta, C, ldc, dbias, fused);
 }
 
 cf_status cf_gemm_with(cf_context *ctx, cf_gemm_impl impl, int trans_a, int trans_b, size_t M, size_t N, size_t K,

@@ -39,9 +39,10 @@ cf_status cf_linear_forward(cf_model *m, int N, cf_mem y, cf_mem x, size_t w, si
 
 cf_status cf_linear_backward(cf_model *m, int N, cf_mem dx, size_t w, size_t b, cf_mem dy, cf_mem x, int in, int out,
                              int accumulate) {
-  CF_TRY(cf_gemm(m->ctx, 1, 0, (size_t)out, (size_t)in, (size_t)N, 1.0f, dy, (size_t)out, x, (size_t)in, 1.0f, G(w),
-                 (size_t)in));
-  if (b != SIZE_MAX) CF_TRY(cf_bias_backward(m->ctx, G(b), dy, N, out));
+  int fused = 0;  /* the bias gradient in the weight gradient's pass, where the GEMM can */
+  CF_TRY(cf_gemm_tn_dbias(m->ctx, (size_t)out, (size_t)in, (size_t)N, dy, (size_t)out, x, (size_t)in, 1.0f, G(w),
+                          (size_t)in, b != SIZE_MAX ? G(b) : (cf_mem){0}, &fused));
+  if (b != SIZE_MAX && !fused) CF_TRY(cf_bias_backward(m->ctx, G(b), dy, N, out));
   if (dx.buf == NULL) return CF_OK;
   return cf_gemm(m->ctx, 0, 0, (size_t)N, (size_t)in, (size_t)out, 1.0f, dy, (size_t)out, P(w), (size_t)in,
                  accumulate ? 1.0f : 0.0f, dx, (size_t)in);

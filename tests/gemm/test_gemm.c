@@ -294,6 +294,51 @@ static void epilogue_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_
   cf_buffer_free(dx); cf_buffer_free(dw); cf_buffer_free(db); cf_buffer_free(dy); cf_buffer_free(da);
 }
 
+/* A weight gradient with its bias's (cf_gemm_tn_dbias): C = A^T B + C and dbias += A's column sums
+ * against the double reference, dbias starting nonzero; fused exactly where gemm_at_strips runs
+ * (ours, M >= 6, A's rows not 4 KiB multiples apart, N a multiple of 64), else dbias untouched. */
+static void tn_dbias_case(cf_context *ctx, cf_gemm_impl impl, test_rng *r, size_t M, size_t N, size_t K, size_t lda) {
+  float *A, *B, *C0;
+  double *ref;
+  random_operands(r, K * lda, K * N, M * N, &A, &B, &C0, &ref);
+  float *db0 = malloc(M * 4);
+  test_fill_uniform(r, db0, M, -1, 1);
+  double *dref = malloc(M * sizeof *dref);
+  for (size_t i = 0; i < M; i++) {
+    dref[i] = db0[i];
+    for (size_t k = 0; k < K; k++) dref[i] += A[k * lda + i];
+  }
+  ref_gemm(1, 0, M, N, K, 1.0f, A, lda, B, N, 1.0f, ref, N);
+  cl_mem dA = test_buffer(ctx, A, K * lda), dB = test_buffer(ctx, B, K * N), dC = test_buffer(ctx, C0, M * N);
+  cl_mem dD = test_buffer(ctx, db0, M);
+  int fused = -1;
+  TEST_OK(cf_gemm_tn_dbias_with(ctx, impl, M, N, K, cf_at(dA, 0), lda, cf_at(dB, 0), N, 1.0f, cf_at(dC, 0), N,
+                                cf_at(dD, 0), &fused));
+  size_t budget = 0;  /* a device that limits an item's loops sums the bias apart */
+  TEST_OK(cf_gemm_loop_budget(ctx, &budget));
+  int want = impl == CF_GEMM_OWN && M >= 6 && lda % 1024 != 0 && N % 64 == 0 && K > 0 && budget == 0;
+  float *C = test_read(ctx, cf_at(dC, 0), M * N), *D = test_read(ctx, cf_at(dD, 0), M);
+  int nf_c, nf_d = 0;
+  double err_c = rel_fro(C, ref, M * N, &nf_c), err_d = 0;
+  if (fused == 1) err_d = rel_fro(D, dref, M, &nf_d);
+  int untouched = fused == 1 || memcmp(D, db0, M * 4) == 0;
+  ncases++;
+  TEST_ASSERT(fused == want && nf_c == 0 && nf_d == 0 && err_c < 1e-5 && err_d < 1e-5 && untouched,
+              "%s tn_dbias M=%zu N=%zu K=%zu lda %zu: fused %d (want %d), C error %.3g (%d non-finite), dbias error "
+              "%.3g (%d non-finite)%s", cf_gemm_impl_name(impl), M, N, K, lda, fused, want, err_c, nf_c, err_d, nf_d,
+              untouched ? "" : ", dbias changed without the fused pass");
+  free(A); free(B); free(C0); free(ref); free(db0); free(dref); free(C); free(D);
+  cf_buffer_free(dA); cf_buffer_free(dB); cf_buffer_free(dC); cf_buffer_free(dD);
+}
+
+static void check_tn_dbias(cf_context *ctx, test_rng *r) {
+  static const size_t shapes[][4] = {{256, 256, 1024, 256}, {37, 64, 50, 40}, {7, 128, 800, 7}, {768, 256, 1024, 768},
+                                     {130, 64, 300, 1024}, {40, 70, 33, 40}, {5, 64, 20, 5}, {6, 64, 1, 6}};
+  for (int impl = CF_GEMM_CLBLAST; impl <= CF_GEMM_OWN; impl++)
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+      tn_dbias_case(ctx, (cf_gemm_impl)impl, r, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
+}
+
 static void check_epilogue(cf_context *ctx, test_rng *r) {
   static const size_t shapes[][3] = {{1, 1, 1}, {7, 65, 33}, {13, 130, 300}, {64, 1024, 256}, {37, 200, 1031},
                                      {6, 64, 16}};
@@ -753,6 +798,7 @@ int main(void) {
   check_epilogue(ctx, &r);
   check_nested(ctx, &r);
   check_tri(ctx, &r);
+  check_tn_dbias(ctx, &r);
   check_guarded(ctx, &r);
   check_loop_budget(ctx, &r);
   check_tuned(ctx, &r);

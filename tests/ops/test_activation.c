@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 #include "clformer/ops.h"
+#include "clformer/gemm.h"
 #include "clformer/ref.h"
 #include "testutil.h"
 
@@ -129,6 +130,23 @@ static void bias_case(cf_context *ctx, test_rng *r, int N, int C) {
   test_upload(ctx, d_db, db0, C);
   TEST_OK(cf_bias_backward(ctx, d_db, d_dout, N, C));
   test_check_same(what, ctx, d_db, db, C);
+
+  /* the linear layers' weight gradient with the bias's in its pass (cf_gemm_tn_dbias, W (C, 64) =
+   * dout^T h): where the GEMM fuses them, the same bits as bias_backward on a CPU device up to its
+   * 2048 rows a launch (each column summed in the rows' order from 0 by both), near them elsewhere */
+  float *h = test_falloc((size_t)N * 64);
+  test_fill_uniform(r, h, (size_t)N * 64, -1, 1);
+  cf_mem d_h = test_tensor(ctx, h, (size_t)N * 64, 1), d_w = test_tensor(ctx, NULL, (size_t)C * 64, 0);
+  test_upload(ctx, d_db, db0, C);
+  int fused = 0;
+  TEST_OK(cf_gemm_tn_dbias(ctx, (size_t)C, 64, (size_t)N, d_dout, (size_t)C, d_h, 64, 0.0f, d_w, 64, d_db, &fused));
+  if (!fused) TEST_OK(cf_bias_backward(ctx, d_db, d_dout, N, C));
+  snprintf(what, sizeof what, "cf_gemm_tn_dbias's bias gradient (fused %d) N=%d C=%d", fused, N, C);
+  if (fused && cf_context_cpu_shapes(ctx) && N <= 2048) test_check_same(what, ctx, d_db, db, C);
+  float *db2 = test_read(ctx, d_db, C);
+  test_compare(what, db2, rdb, C, sum_atol(N), 1e-4);
+  free(db2);
+  free(h);
 
   test_free_tensors();
   free(x); free(b); free(dout); free(db0); free(ref); free(rdb); free(out); free(db);
