@@ -66,7 +66,9 @@
  *                           "fraction_of_peak"}]: the model's products by shape (cf_model_gemm_shapes
  *                           grouped by cf_gemm_signature), per step: calls and FLOPs counted, ms the
  *                           device time of the launches tagged with the signature (gflops and
- *                           fraction_of_peak null where none ran)
+ *                           fraction_of_peak null where none ran); a last row "other" (signature "-",
+ *                           calls counting launches) holds tagged launches of no model shape; empty
+ *                           when unavailable
  *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means

@@ -55,7 +55,8 @@ cf_status cf_bench_fma_peak(cf_context *ctx, double *gflops);
 /* `bench step`'s matrix products by shape (bench_products.c): the model's shapes
  * (cf_model_gemm_shapes) grouped by signature (cf_gemm_signature; proj fwd and logits fwd may
  * share one), each with its calls and FLOPs per step and the device ms per step of the profiled
- * launches tagged with it (by_tag over `steps` steps). Largest first; returns the row count. */
+ * launches tagged with it (by_tag over `steps` steps). Largest first, then a row "other" for tagged
+ * launches of no model shape (calls: launches), if any; returns the row count. */
 #define CF_BENCH_MAX_PRODUCTS 32
 typedef struct cf_bench_product {
   char names[96], sig[CF_PROFILE_TAG];

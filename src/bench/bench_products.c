@@ -38,10 +38,28 @@ int cf_bench_products(const struct cf_config *cfg, const cf_profile_entry *by_ta
     r->calls += sh[i].per_step;
     r->flops += cf_gemm_shape_flops(&sh[i]) * sh[i].per_step;
   }
-  for (int i = 0; i < n; i++)
-    for (int t = 0; t < ntags; t++)
-      if (!strcmp(by_tag[t].name, rows[i].sig)) rows[i].ms = by_tag[t].ms / (steps > 0 ? steps : 1);
+  int nshapes = n;
+  double other_ms = 0;
+  int other_launches = 0;
+  for (int t = 0; t < ntags; t++) {
+    int i = 0;
+    while (i < nshapes && strcmp(by_tag[t].name, rows[i].sig)) i++;
+    if (i < nshapes) {
+      rows[i].ms = by_tag[t].ms / (steps > 0 ? steps : 1);
+    } else {  /* a product of no model shape: the shape list and the model drifted apart */
+      other_ms += by_tag[t].ms / (steps > 0 ? steps : 1);
+      other_launches += by_tag[t].calls;
+    }
+  }
   qsort(rows, (size_t)n, sizeof *rows, by_ms);
+  if (other_launches && n < CF_BENCH_MAX_PRODUCTS) {
+    cf_bench_product *r = &rows[n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->names, sizeof r->names, "other");
+    snprintf(r->sig, sizeof r->sig, "-");
+    r->calls = other_launches / (steps > 0 ? steps : 1);
+    r->ms = other_ms;
+  }
   return n;
 }
 

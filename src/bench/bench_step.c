@@ -327,8 +327,9 @@ static void print_torch(const step_bench *b) {
 /* The report's "breakdown": per-step means of the profiled steps, one row per kernel name. */
 static json_t *breakdown_json(const step_bench *b) {
   if (b->prof_bad)
-    return json_pack("{s:i, s:o, s:n, s:n, s:[], s:s}", "steps", b->psteps, "step_ms",
-                     cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", "gemm_ms", "ops", "unavailable", b->prof_bad);
+    return json_pack("{s:i, s:o, s:n, s:n, s:[], s:s, s:[]}", "steps", b->psteps, "step_ms",
+                     cf_json_num(b->prof_wall * 1e3, "%.4f"), "device_ms", "gemm_ms", "ops", "unavailable", b->prof_bad,
+                     "products");
   json_t *rows = json_array();
   for (int i = 0; rows && i < b->nops; i++)
     if (json_array_append_new(rows, json_pack("{s:s, s:o, s:o, s:o}", "name", b->ops[i].name, "calls",

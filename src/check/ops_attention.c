@@ -12,7 +12,9 @@ static const cf_dropout drop = {0.1f, 17u, 1u, 2u, 0};
 
 static size_t scratch(const cf_op_dims *d) { return cf_attention_scratch_floats(d->B, d->T, d->C, d->NH, drop.p > 0); }
 
-/* the batched products counted in full (causal or not): q.k^T and p.v forward, four backward */
+/* the batched products counted in full (causal or not): q.k^T and p.v forward, four backward;
+ * the GEMMs skip most of the causal triangles' other half (cf_gemm_tri), so the rate read from
+ * this count is of the full products, about twice the work done at large T */
 static double attn_fwd_flops(const cf_op_dims *d) { return 4.0 * d->B * d->T * (double)d->T * d->C; }
 static double attn_bwd_flops(const cf_op_dims *d) { return 2 * attn_fwd_flops(d); }
 

@@ -201,6 +201,10 @@ int main(void) {
       {"long rows", 1, 300, 64, 2, 1, 0.1f, 0},  /* T > CF_WG: each work-item loops over a row */
       {"large", 4, 128, 256, 8, 0, 0.0f, 0},
       {"large+mask+dropout", 4, 128, 256, 8, 1, 0.1f, 0},
+      /* heads of 64: the products our strip kernels take whole, skipping their causal triangles
+       * (cf_gemm_tri) over several 64-column panels; T = 1024 packs A^T (gemm_at_rows) in slices of K */
+      {"hs64 T=140 mask+dropout", 2, 140, 128, 2, 1, 0.2f, 0},
+      {"hs64 T=1024", 1, 1024, 64, 1, 0, 0.0f, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &r, cases[i]);
   check_finite_differences(&r, "fd plain", 2, 4, 8, 2, 0, 0.0f);
