@@ -130,6 +130,11 @@ if s["flops_per_step"] != 6 * N * ((L + E) * (4 * C * C + 2 * C * F) + V * C + 4
 names = [o["name"] for o in s["breakdown"]["ops"]]
 if not any(n.startswith("attention_fused") for n in names) or not any(n.startswith("gemm") for n in names):
     bad.append(f"breakdown {names}")
+# every GEMM launch of both stacks and the cross-attention is one of cf_model_gemm_shapes' products
+bd = s["breakdown"]
+pr = bd.get("products") or []
+if not pr or any(p["names"] == "other" for p in pr) or abs(sum(p["ms"] for p in pr) - bd["gemm_ms"]) > 1e-3 * bd["gemm_ms"] + 1e-3:
+    bad.append("products %r" % [(p["names"], p["ms"]) for p in pr])
 print(" ".join(bad))
 EOF
 )
