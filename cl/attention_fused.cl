@@ -174,6 +174,17 @@ inline float16 attf_load_lanes(__global const float *src, int n, float fill) {
   return vload16(0, f);
 }
 
+// D[i] = sum_d dout * out over row i's HS channels (rows `at` + i * ldo), for i < n: the dq
+// kernel's own rows, in attention_fused_dot's order (the same bits), for the dk/dv kernel after it.
+inline void attf_dot_rows(__global float *D, __global const float *dout, __global const float *out, int at, int ldo,
+                          int n, int HS) {
+  for (int i = 0; i < n; i++, at += ldo) {
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s += dout[at + d] * out[at + d];
+    D[i] = s;
+  }
+}
+
 // The item's (sequence, head) and first own row; 0 when the item is past the grid's end.
 #define ATTF_CPU_ITEM(rows, bh, b, h, r0)                                         \
   int tiles_ = ((rows) + ATTF_LANES - 1) / ATTF_LANES, item_ = get_global_id(0); \
@@ -257,7 +268,8 @@ __kernel void attention_fused_forward(__global float *out, uint out_off, __globa
 __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __global const float *dout, uint dout_off,
                                           __global const float *q, uint q_off, __global const float *k, uint k_off,
                                           __global const float *v, uint v_off, __global const float *lse, uint lse_off,
-                                          __global const float *D, uint D_off, __global const int *klen, uint klen_off,
+                                          __global float *D, uint D_off, __global const float *out, uint out_off,
+                                          int make_D, __global const int *klen, uint klen_off,
                                           int has_klen, int B, int NH, int Tq, int Tk, int HS, int causal, int ldq,
                                           int ldk, int ldv, int ldo, int BK, int kbeg, int kend, int accumulate,
                                           float scale, float p, float inv_keep, uint seed, uint step, uint tensor_id,
@@ -276,6 +288,8 @@ __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __glo
   attf_pack_lanes(qT, q + q_off + (b * Tq) * ldq + h * HS, ldq, t0, Tq, HS);
   attf_pack_lanes(doT, dout + dout_off + (b * Tq) * ldo + h * HS, ldo, t0, Tq, HS);
   for (int d = 0; d < HS; d++) vstore16((float16)(0.0f), d, gT);
+  if (make_D) attf_dot_rows(D + D_off + bh * Tq + t0, dout + dout_off, out + out_off, (b * Tq + t0) * ldo + h * HS,
+                            ldo, n, HS);
   float16 L = attf_load_lanes(lse + lse_off + bh * Tq + t0, n, 0.0f);
   float16 Dt = attf_load_lanes(D + D_off + bh * Tq + t0, n, 0.0f);
   for (int j0 = kbeg; j0 < kend_blk; j0 += ATTF_KB) {
@@ -439,7 +453,8 @@ __kernel void attention_fused_forward(__global float *out, uint out_off, __globa
 __kernel void attention_fused_backward_dq(__global float *dq, uint dq_off, __global const float *dout, uint dout_off,
                                           __global const float *q, uint q_off, __global const float *k, uint k_off,
                                           __global const float *v, uint v_off, __global const float *lse, uint lse_off,
-                                          __global const float *D, uint D_off, __global const int *klen, uint klen_off,
+                                          __global float *D, uint D_off, __global const float *out, uint out_off,
+                                          int make_D, __global const int *klen, uint klen_off,
                                           int has_klen, int B, int NH, int Tq, int Tk, int HS, int causal, int ldq,
                                           int ldk, int ldv, int ldo, int BK, int kbeg, int kend, int accumulate,
                                           float scale, float p, float inv_keep, uint seed, uint step, uint tensor_id,

@@ -63,9 +63,9 @@ static cf_status plan_chunk(cf_context *ctx, size_t streamed, size_t HS, tiling 
   CF_TRY(cf_gemm_loop_budget(ctx, &budget));
   if (budget) {
     size_t per = 2 * HS + 4 + (2 * HS + t->G - 1) / t->G + (HS + 1) / 2, fixed = 4 * HS + 16;
-    if (cf_context_cpu_shapes(ctx)) { /* per 8 rows: two channel loops, 8 x 16 dropout draws; packs of 16 rows */
-      per = (2 * HS + 8 * CPU_LANES + 16) / 8 + 1;
-      fixed = 6 * CPU_LANES * HS + 64;
+    if (cf_context_cpu_shapes(ctx)) { /* per 8 rows: two channel loops, 8 x 16 dropout draws; packs of 16 rows, */
+      per = (2 * HS + 8 * CPU_LANES + 16) / 8 + 1;  /* and the dq kernel's D of 16 rows in its first launch */
+      fixed = 7 * CPU_LANES * HS + 96;
     }
     chunk = budget * 3 / 4 > fixed + per ? (budget * 3 / 4 - fixed) / per : 1;
     while (t->T2 > chunk) t->T2 /= 2;
@@ -166,15 +166,18 @@ static cf_status plan_backward(cf_context *ctx, const cf_attention_dims *d, tili
   return plan_tiles(ctx, "attention_fused_backward_dkv", (size_t)d->Tk, (size_t)d->Tq, HS, u_dkv, dkv);
 }
 
+/* make_D: the first launch also computes D for its rows (the CPU kernel; out is read then). */
 static cf_status backward_dq(cf_context *ctx, cf_mem dq, cf_mem dout, cf_mem q, cf_mem k, cf_mem v, cf_mem lse,
-                             cf_mem D, cf_mem key_len, const cf_attention_dims *d, cf_dropout drop, tiling t) {
+                             cf_mem D, cf_mem out, int make_D, cf_mem key_len, const cf_attention_dims *d,
+                             cf_dropout drop, tiling t) {
   size_t HS = (size_t)d->HS;
   size_t local = t.G, global = grid_items(ctx, d, (size_t)d->Tq, t.G);
   for (size_t c = 0; c < (size_t)d->Tk; c += t.chunk) {
     size_t end = c + t.chunk < (size_t)d->Tk ? c + t.chunk : (size_t)d->Tk;
     cf_launch L;
     cf_launch_begin(&L, ctx, PROGRAM, "attention_fused_backward_dq");
-    CF_ARG_MEMS(&L, dq, dout, q, k, v, lse, D);
+    CF_ARG_MEMS(&L, dq, dout, q, k, v, lse, D, out);
+    cf_arg_int(&L, make_D && c == 0);
     arg_dims(&L, key_len, q, d);
     CF_ARG_INTS(&L, (int)t.T2, (int)c, (int)end, c > 0);
     cf_arg_float(&L, d->scale);
@@ -212,14 +215,18 @@ cf_status cf_attention_fused_backward(cf_context *ctx, cf_mem dq, cf_mem dk, cf_
   CF_TRY(check_dims(d, drop));
   tiling t_dq, t_dkv;
   CF_TRY(plan_backward(ctx, d, &t_dq, &t_dkv));
-  /* D = rowsum(dout * out) (B, NH, Tq) into the scratch: P's part of every row's softmax backward */
-  cf_launch L;
-  cf_launch_begin(&L, ctx, PROGRAM, "attention_fused_dot");
-  CF_ARG_MEMS(&L, scratch, dout, out);
-  CF_ARG_INTS(&L, d->B, d->NH, d->Tq, d->HS, d->ldo);
-  size_t local = 64, global = (size_t)d->B * d->NH * d->Tq;
-  if (local > ctx->kernel_wg_floor) local = ctx->kernel_wg_floor; /* the program is loaded: within every kernel's */
-  CF_TRY(cf_launch_run(&L, 1, &global, &local));
-  CF_TRY(backward_dq(ctx, dq, dout, q, k, v, lse, scratch, key_len, d, drop, t_dq));
+  /* D = rowsum(dout * out) (B, NH, Tq) into the scratch: P's part of every row's softmax backward;
+   * on CPUs the dq kernel's first launch computes its own rows' (one launch and pass fewer) */
+  int cpu = cf_context_cpu_shapes(ctx);
+  if (!cpu) {
+    cf_launch L;
+    cf_launch_begin(&L, ctx, PROGRAM, "attention_fused_dot");
+    CF_ARG_MEMS(&L, scratch, dout, out);
+    CF_ARG_INTS(&L, d->B, d->NH, d->Tq, d->HS, d->ldo);
+    size_t local = 64, global = (size_t)d->B * d->NH * d->Tq;
+    if (local > ctx->kernel_wg_floor) local = ctx->kernel_wg_floor; /* the program is loaded: within every kernel's */
+    CF_TRY(cf_launch_run(&L, 1, &global, &local));
+  }
+  CF_TRY(backward_dq(ctx, dq, dout, q, k, v, lse, scratch, out, cpu, key_len, d, drop, t_dq));
   return backward_dkv(ctx, dk, dv, dout, q, k, v, lse, scratch, key_len, d, drop, t_dkv);
 }
