@@ -37,7 +37,9 @@
  *                           a decoder), "d_model", "heads", "d_ff", "vocab", "seq_len", "batch_size",
  *                           "params"}; an encoder-decoder's seq_len and batch_size are its largest batch
  *                           (data.max_len, and data.max_tokens in sentences of it), every sentence full
- *     gemm                 the GEMM implementation the step used: "own" or "clblast"
+ *     gemm                 the GEMM implementation in force: "own" or "clblast" when forced ($CLFORMER_GEMM),
+ *                           "auto" when each product class takes what was measured for it (bench step prints
+ *                           the verdicts)
  *     warmup, steps        untimed steps, then timed steps
  *     step_ms              {"median", "min", "max"} wall clock per step (enqueue to clFinish)
  *     tokens_per_s         batch_size * seq_len / median step
@@ -66,9 +68,9 @@
  *                           "fraction_of_peak"}]: the model's products by shape (cf_model_gemm_shapes
  *                           grouped by cf_gemm_signature), per step: calls and FLOPs counted, ms the
  *                           device time of the launches tagged with the signature (gflops and
- *                           fraction_of_peak null where none ran); a last row "other" (signature "-",
- *                           calls counting launches) holds tagged launches of no model shape; empty
- *                           when unavailable
+ *                           fraction_of_peak null where none ran); only where GEMM launches of no model
+ *                           shape ran, a last row "other" (signature "-", calls counting launches, flops 0,
+ *                           gflops and fraction_of_peak null) holds them; empty when unavailable
  *     torch                null, or with --vs-torch {"setup": {"torch_version", "threads", "blas",
  *                           "openblas_core", "params", ...}, "steps", "rounds", "step_ms": {...},
  *                           "tokens_per_s", "clformer_vs_torch" (torch's median step / ours: > 1 means
@@ -80,6 +82,11 @@
  *                           "mpi_ms" (of which inside MPI, waiting for the other ranks included)}], "tokens_per_s"
  *                           (ranks * tokens_per_rank / the slowest rank's median step), "efficiency" (tokens_per_s /
  *                           (ranks * alone's))}
+ *   transfers              (step, all; bench/bench_transfer.c) {"in_force" ("map" or "copy": the way the step's
+ *                           uploads go), "host_unified", "upload_kib" (a step's uploads), "upload": {"map", "copy"}:
+ *                           {"host_ms", "device_ms", "commands", "step_ms", "unavailable"} per step, "checkpoint_mib"
+ *                           (parameters and optimizer moments), "checkpoint_readout_ms": {"map", "copy"}:
+ *                           {"median", "min", "max"}}
  * tools/compare_bench.py renders several such files as one Markdown table. */
 #include <errno.h>
 #include <jansson.h>
@@ -128,7 +135,8 @@ static const char *usage =
     "  --set KEY=VALUE   override a config key (repeatable)\n"
     "  --json FILE       also write the results as one JSON object to FILE ('-' for stdout; the tables then\n"
     "                    go to stderr): {schema, clformer_version, host, device: {name, platform,\n"
-    "                    platform_version, driver, type, compute_units}, kernels, gemm, step}; the fields are\n"
+    "                    platform_version, driver, type, compute_units}, kernels, gemm, step (or world under\n"
+    "                    mpirun), transfers}; the fields are\n"
     "                    documented at the top of src/app/cmd_bench.c. tools/compare_bench.py tabulates files.\n"
     "  --repeat N        timed samples, the median reported: per kernel (`kernels`, default 20), per\n"
     "                    GEMM shape and implementation (`gemm`, default 11)\n"

@@ -72,9 +72,12 @@ void cf_bench_products_print(FILE *out, const cf_bench_product *rows, int n, dou
           "of peak");
   for (int i = 0; i < n; i++) {
     const cf_bench_product *r = &rows[i];
-    double gflops = r->ms > 0 ? r->flops / r->ms * 1e-6 : 0;
-    fprintf(out, "  %-*s %-24s %6d %9.3f %9.1f ", w, r->names, r->sig, r->calls, r->ms, gflops);
-    if (peak > 0 && r->ms > 0) fprintf(out, "%7.1f%%\n", 100 * gflops / peak);
+    int rated = r->ms > 0 && r->flops > 0;
+    double gflops = rated ? r->flops / r->ms * 1e-6 : 0;
+    fprintf(out, "  %-*s %-24s %6d %9.3f ", w, r->names, r->sig, r->calls, r->ms);
+    if (rated) fprintf(out, "%9.1f ", gflops);
+    else fprintf(out, "%9s ", "-");
+    if (peak > 0 && rated) fprintf(out, "%7.1f%%\n", 100 * gflops / peak);
     else fprintf(out, "%8s\n", "-");
   }
 }
@@ -83,11 +86,12 @@ json_t *cf_bench_products_json(const cf_bench_product *rows, int n, double peak)
   json_t *a = json_array();
   for (int i = 0; a && i < n; i++) {
     const cf_bench_product *r = &rows[i];
-    double gflops = r->ms > 0 ? r->flops / r->ms * 1e-6 : 0;
+    int rated = r->ms > 0 && r->flops > 0;  /* "other" counts no FLOPs */
+    double gflops = rated ? r->flops / r->ms * 1e-6 : 0;
     json_t *row = json_pack("{s:s, s:s, s:i, s:o, s:o, s:o, s:o}", "names", r->names, "signature", r->sig, "calls",
                             r->calls, "flops", cf_json_num(r->flops, "%.0f"), "ms", cf_json_num(r->ms, "%.4f"), "gflops",
-                            r->ms > 0 ? cf_json_num(gflops, "%.2f") : json_null(), "fraction_of_peak",
-                            peak > 0 && r->ms > 0 ? cf_json_num(gflops / peak, "%.4f") : json_null());
+                            rated ? cf_json_num(gflops, "%.2f") : json_null(), "fraction_of_peak",
+                            peak > 0 && rated ? cf_json_num(gflops / peak, "%.4f") : json_null());
     if (!row || json_array_append_new(a, row)) {
       json_decref(a);
       return NULL;

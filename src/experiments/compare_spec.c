@@ -150,9 +150,11 @@ cf_status cf_compare_check(const char *path, char **sets, int nsets, FILE *repor
   if (st == CF_OK && report) {
     fprintf(report, "# %s: a comparison of %d variant%s, %d seed%s each, into %s: valid; each variant resolved:\n", path,
             s.nv, s.nv == 1 ? "" : "s", s.seeds, s.seeds == 1 ? "" : "s", s.out);
-    for (int i = 0; i < s.nv; i++) {
+    for (int i = 0; i < s.nv; i++) {  /* train.out: where compare runs it (its first seed) */
+      cf_config c = s.v[i].cfg;
+      compare_run_dir(&s, i, 0, c.train.out, sizeof c.train.out);
       fprintf(report, "--- # variant %s\n", s.v[i].name);
-      cf_config_write(&s.v[i].cfg, report);
+      cf_config_write(&c, report);
     }
   }
   free(s.v);
