@@ -71,14 +71,16 @@ inline float column_total(float acc, __local float *red) {
 
 // The dropout that followed the activation in the forward, regenerated in the fused backward: p, the
 // scale, the Philox key, and `off`, the flat index of the launch's element 0 in the masked tensor.
+// p 0: no mask, every element's factor the scale (1, or the dropout's 1/(1-p) when the backward
+// reads ReLU's dropped output, where the zeros already tell the dropped elements).
 typedef struct act_dropout {
   float p, scale;
   uint seed, step, tensor_id, group0, off;
 } act_dropout;
 
-// The mask's factor of element i of the launch (1 when p is 0): cl/dropout.clh's, group by group.
+// The mask's factor of element i of the launch (the scale when p is 0): cl/dropout.clh's, group by group.
 inline float drop_factor1(const act_dropout *d, size_t i) {
-  if (d->p == 0.0f) return 1.0f;
+  if (d->p == 0.0f) return d->scale;
   uint e = d->off + (uint)i;
   float4 f = cf_dropout_factors(d->seed, d->step, d->tensor_id, d->group0, e / 4u, d->p, d->scale);
   uint k = e % 4u;
@@ -87,7 +89,7 @@ inline float drop_factor1(const act_dropout *d, size_t i) {
 // The factors of elements i .. i + ACT_VW - 1.
 inline floatv drop_factors(const act_dropout *d, size_t i) {
 #if CF_DEVICE_IS_CPU
-  if (d->p == 0.0f) return (floatv)(1.0f);
+  if (d->p == 0.0f) return (floatv)(d->scale);
   float t[ACT_VW];
   for (int k = 0; k < ACT_VW; k++) t[k] = drop_factor1(d, i + k);
   return vloadv(t);
@@ -131,7 +133,7 @@ inline void bias_act_backward_cpu(__global float *dpre, __global float *dbias, _
     floatv a0 = (floatv)(0.0f), a1 = a0, a2 = a0, a3 = a0;
     for (int n = 0; n < N; n++) {
       size_t i = (size_t)n * C + c0;
-      floatv f[4] = {(floatv)(1.0f), (floatv)(1.0f), (floatv)(1.0f), (floatv)(1.0f)};
+      floatv f[4] = {(floatv)(d->scale), (floatv)(d->scale), (floatv)(d->scale), (floatv)(d->scale)};
 #if CF_DEVICE_IS_CPU  // (floatv is float16 there)
       if (d->p > 0.0f && (d->off + (uint)i) % 64u == 0u)
         cf_dropout_factors64(d->seed, d->step, d->tensor_id, d->group0, (d->off + (uint)i) / 4u, d->p, d->scale, f);

@@ -43,6 +43,12 @@ cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out /* (N, C) */, cf_mem p
 cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre /* (N, C) */, cf_mem dbias /* (C) */,
                                cf_mem dout /* (N, C) */, cf_mem pre /* (N, C) */, int N, int C,
                                cf_activation act, cf_dropout d);
+/* The same for ReLU from its output out = dropout d of relu(pre): dpre = dout * d's scale where
+ * out > 0, else zero, with no mask drawn (out's zeros are the dropped elements and pre <= 0): the
+ * same bits as cf_bias_act_backward from pre with d's mask. */
+cf_status cf_bias_relu_backward_from_output(cf_context *ctx, cf_mem dpre /* (N, C) */, cf_mem dbias /* (C) */,
+                                            cf_mem dout /* (N, C) */, cf_mem out /* (N, C) */, int N, int C,
+                                            cf_dropout d);
 
 /* ---------- dropout ---------- */
 

@@ -306,8 +306,11 @@ static cf_status ffn_backward(cf_model *m, const block_stack *s, int l, cf_mem d
   const layer_acts *a = &s->la[l];
   int N = rows(s), C = m->C, F = m->F;
   CF_TRY(cf_linear_backward(m, N, S(m->s_wide), p->fc2_w, p->fc2_b, dout, A(a->a), F, C, 0));
-  CF_TRY(cf_bias_act_backward(m->ctx, S(m->s_wide), G(p->fc1_b), S(m->s_wide), A(a->h), N, F, m->act,
-                              cf_block_dropout(m, s, l, DROP_FFN_ACT, m->mc.dropout)));
+  cf_dropout d = cf_block_dropout(m, s, l, DROP_FFN_ACT, m->mc.dropout);
+  if (m->act == CF_ACT_RELU)  /* h is the dropped output there (layout.c): its zeros are the mask */
+    CF_TRY(cf_bias_relu_backward_from_output(m->ctx, S(m->s_wide), G(p->fc1_b), S(m->s_wide), A(a->a), N, F, d));
+  else
+    CF_TRY(cf_bias_act_backward(m->ctx, S(m->s_wide), G(p->fc1_b), S(m->s_wide), A(a->h), N, F, m->act, d));
   return cf_linear_backward(m, N, dinp, p->fc1_w, SIZE_MAX, S(m->s_wide), inp, C, F, accumulate);
 }
 

@@ -146,11 +146,9 @@ cf_status cf_bias_act_forward(cf_context *ctx, cf_mem out, cf_mem pre, cf_mem bi
   return cf_launch_run(&L, 2, global, local);
 }
 
-cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_mem dout, cf_mem pre, int N, int C,
-                               cf_activation act, cf_dropout d) {
-  CF_TRY(check_act(act));
-  CF_TRY(check_nc(N, C));
-  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
+/* The bias_act_backward launches: the mask of d, or with d.p 0 every element's factor `scale`. */
+static cf_status bias_act_backward_run(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_mem dout, cf_mem pre, int N,
+                                       int C, cf_activation act, cf_dropout d, float scale) {
   if (N == 0) return CF_OK;
   size_t global, local;
   column_grid(ctx, C, &global, &local);
@@ -163,9 +161,27 @@ cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_me
     CF_ARG_MEMS(&L, cf_shift(dpre, at), dbias, cf_shift(dout, at), cf_shift(pre, at));
     cf_arg_int(&L, cf_reduce_rows(N, n0));
     cf_arg_int(&L, C);
-    cf_arg_dropout(&L, d);
+    cf_arg_float(&L, d.p);
+    cf_arg_float(&L, scale);
+    CF_ARG_UINTS(&L, d.seed, d.step, d.tensor_id, d.group0);
     cf_arg_uint(&L, (unsigned)at);  /* the launch's first element in the mask (< 2^32: cf_dropout_check) */
     CF_TRY(cf_launch_run(&L, 1, &global, &local));
   }
   return CF_OK;
+}
+
+cf_status cf_bias_act_backward(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_mem dout, cf_mem pre, int N, int C,
+                               cf_activation act, cf_dropout d) {
+  CF_TRY(check_act(act));
+  CF_TRY(check_nc(N, C));
+  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
+  return bias_act_backward_run(ctx, dpre, dbias, dout, pre, N, C, act, d, cf_dropout_scale(d));
+}
+
+cf_status cf_bias_relu_backward_from_output(cf_context *ctx, cf_mem dpre, cf_mem dbias, cf_mem dout, cf_mem out, int N,
+                                            int C, cf_dropout d) {
+  CF_TRY(check_nc(N, C));
+  CF_TRY(cf_dropout_check(d, (size_t)N * (size_t)C));
+  cf_dropout no_mask = {0};
+  return bias_act_backward_run(ctx, dpre, dbias, dout, out, N, C, CF_ACT_RELU, no_mask, cf_dropout_scale(d));
 }

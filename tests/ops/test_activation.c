@@ -240,6 +240,13 @@ static void bias_act_case(cf_context *ctx, test_rng *r, int N, int C, cf_activat
     snprintf(what, sizeof what, "bias_act_backward relu with dropout from its dropped output N=%d C=%d", N, C);
     test_check_same(what, ctx, d_dpre, two, NC);
     test_check_same(what, ctx, d_db, two_db, C);
+    /* the same from the output's zeros, no mask drawn */
+    test_upload(ctx, d_db, db0, C);
+    test_poison(ctx, d_dpre, NC);
+    TEST_OK(cf_bias_relu_backward_from_output(ctx, d_dpre, d_db, d_dout, d_pre, N, C, drop));
+    snprintf(what, sizeof what, "bias_relu_backward_from_output with dropout N=%d C=%d", N, C);
+    test_check_same(what, ctx, d_dpre, two, NC);
+    test_check_same(what, ctx, d_db, two_db, C);
   }
   free(two);
   free(two_db);
