@@ -770,6 +770,15 @@ static cf_status gemm_any(cf_context *ctx, cf_gemm_impl impl, int trans_a, int t
   return st;
 }
 
+/* One product on our kernels with its epilogue e, its launches tagged while profiling. */
+static cf_status own_with_epi(cf_context *ctx, int trans_a, int trans_b, size_t M, size_t N, size_t K, cf_mem A,
+                              size_t lda, cf_mem B, size_t ldb, float beta, cf_mem C, size_t ldc, const gemm_epi *e) {
+  tag(ctx, trans_a, trans_b, M, N, K, 1);
+  cf_status st = own_gemm(ctx, trans_a, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group, e);
+  cf_profile_tag(ctx, NULL);
+  return st;
+}
+
 cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M, size_t N, size_t K, cf_mem A,
                                    size_t lda, cf_mem B, size_t ldb, cf_mem C, size_t ldc, cf_mem bias, cf_mem act_out,
                                    cf_activation act, cf_dropout drop, int *fused) {
@@ -788,10 +797,7 @@ cf_status cf_gemm_nt_bias_act_with(cf_context *ctx, cf_gemm_impl impl, size_t M,
   *fused = use == CF_GEMM_OWN && K > 0;
   if (!*fused) return gemm_any(ctx, use, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group);
   gemm_epi e = {bias, act_out, act, drop, {0}};
-  tag(ctx, 0, 1, M, N, K, 1);
-  cf_status st = own_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, &one_group, &e);
-  cf_profile_tag(ctx, NULL);
-  return st;
+  return own_with_epi(ctx, 0, 1, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, &e);
 }
 
 cf_status cf_gemm_nt_bias_act(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
@@ -819,10 +825,7 @@ cf_status cf_gemm_tn_dbias_with(cf_context *ctx, cf_gemm_impl impl, size_t M, si
   if (use == CF_GEMM_OWN && dbias.buf) CF_TRY(tn_dbias_fuses(ctx, M, N, K, lda, fused));
   if (!*fused) return gemm_any(ctx, use, 1, 0, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group);
   gemm_epi e = {.dbias = dbias};
-  tag(ctx, 1, 0, M, N, K, 1);
-  cf_status st = own_gemm(ctx, 1, 0, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, &one_group, &e);
-  cf_profile_tag(ctx, NULL);
-  return st;
+  return own_with_epi(ctx, 1, 0, M, N, K, A, lda, B, ldb, beta, C, ldc, &e);
 }
 
 cf_status cf_gemm_tn_dbias(cf_context *ctx, size_t M, size_t N, size_t K, cf_mem A, size_t lda, cf_mem B, size_t ldb,
